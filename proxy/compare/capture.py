@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import json.scanner
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from proxy.compare.sse import DONE, SSEDecoder
@@ -21,7 +22,9 @@ from proxy.compare.types import Capture, Role
 logger = logging.getLogger(__name__)
 
 # The C scanner behind json.loads, minus its two whitespace regex passes per call.
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[attr-defined]
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]
+)
 _loads = json.loads
 _CHAT_OUTPUT_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls")
 
