@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import json.scanner
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,10 @@ _scan_json: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
     json.JSONDecoder()  # type: ignore[arg-type]
 )
 _loads = json.loads
+# return_token_ids also echoes the prompt's ids (first chunk / body): cut before parsing.
+_PROMPT_IDS = re.compile(r'"prompt_token_ids"\s*:\s*\[[^\]]*\]')
+_PROMPT_IDS_BYTES = re.compile(rb'"prompt_token_ids"\s*:\s*\[[^\]]*\]')
+_LONG_EVENT_CHARS = 4096
 _CHAT_OUTPUT_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls")
 
 
@@ -111,7 +116,10 @@ class CaptureBuilder:
             for event in self._decoder.flush():
                 self._on_data(event.data, self._t_recv)
         elif self._body and self._error is None and status is not None and status < 400:
-            self._on_full_body(b"".join(self._body), t)
+            body = b"".join(self._body)
+            if len(body) > _LONG_EVENT_CHARS:
+                body = _PROMPT_IDS_BYTES.sub(b'"prompt_token_ids":null', body)
+            self._on_full_body(body, t)
         err = error or self._error
         if err is None and status is not None and status >= 400:
             err = "http_5xx" if status >= 500 else "http_4xx"
@@ -146,6 +154,8 @@ class CaptureBuilder:
         if data == DONE:
             self._done = True
             return
+        if len(data) > _LONG_EVENT_CHARS:
+            data = _PROMPT_IDS.sub('"prompt_token_ids":null', data, count=1)
         try:
             if data[:1] == "{":
                 obj, end = _scan_json(data, 0)

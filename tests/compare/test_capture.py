@@ -159,3 +159,32 @@ def test_json_with_surrounding_whitespace_is_accepted() -> None:
     builder.on_chunk(b'data: {"choices": [{"index": 0, "text": "b"}]}\t\n\n', 0.6)
     cap = builder.finish(200, 1.0)
     assert cap.error is None and cap.text == "ab"
+
+
+def test_long_prompt_token_ids_are_cut_before_parsing_and_in_small_chunks() -> None:
+    prompt_ids = ",".join(str(100000 + i) for i in range(50000))
+    first = ('data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}],'
+             f'"prompt_token_ids":[{prompt_ids}]}}\n\n').encode()
+    rest = b'data: {"choices":[{"index":0,"delta":{"content":"ok"},"token_ids":[9]}]}\n\n'
+    builder = CaptureBuilder("shadow", "new", 0.0)
+    raw = first + rest
+    for cut in range(0, len(raw), 1000):
+        builder.on_chunk(raw[cut:cut + 1000], 0.5)
+    cap = builder.finish(200, 1.0)
+    assert cap.error is None and cap.text == "ok" and cap.token_ids == (9,)
+    body = ('{"choices":[{"index":0,"text":"x","token_ids":[1],"prompt_token_ids":'
+            f'[{prompt_ids}]}}]}}').encode()
+    builder = CaptureBuilder("shadow", "new", 0.0)
+    builder.on_body(body, 0.5)
+    assert builder.finish(200, 1.0).token_ids == (1,)
+
+
+def test_long_events_skip_parsing_prompt_token_ids() -> None:
+    # Proof the echoed prompt ids are cut rather than parsed: garbage in them goes unnoticed.
+    filler = ",".join(["7"] * 3000)
+    event = ('data: {"choices":[{"index":0,"text":"a","token_ids":[5]}],'
+             f'"prompt_token_ids":[{filler},not-json]}}\n\n').encode()
+    builder = CaptureBuilder("shadow", "new", 0.0)
+    builder.on_chunk(event, 0.5)
+    cap = builder.finish(200, 1.0)
+    assert cap.error is None and cap.token_ids == (5,)
