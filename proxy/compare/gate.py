@@ -214,6 +214,8 @@ def _check_lengths(inputs: GateInputs, c: GateCriteria, details: dict[str, Any])
         return []
     old = inputs.latency.get("primary", LatencySamples()).output_tokens
     new = inputs.latency.get("shadow", LatencySamples()).output_tokens
+    if not old and not new:
+        return []  # lengths not recorded by the caller: nothing to judge
     if min(len(old), len(new)) < c.min_latency_samples:
         return [_Check("inconclusive", f"output lengths: {len(old)} old / {len(new)} new "
                                        f"samples, need {c.min_latency_samples}")]

@@ -140,3 +140,11 @@ def test_shifted_output_lengths_fail() -> None:
     assert verdict.verdict == "fail"
     assert verdict.reasons[0].startswith("fail: output length shift +0.")
     assert evaluate(inputs(new_latency=longer), GateCriteria(max_length_shift=None)).verdict == "pass"
+
+
+def test_unrecorded_output_lengths_skip_the_length_check() -> None:
+    bare = {role: replace(samples, output_tokens=()) for role, samples in inputs().latency.items()}
+    verdict = evaluate(replace(inputs(), latency=bare))
+    assert verdict.verdict == "pass" and len(verdict.reasons) == 7
+    few = dict(bare, shadow=replace(bare["shadow"], output_tokens=(1, 2)))
+    assert evaluate(replace(inputs(), latency=few)).verdict == "inconclusive"
