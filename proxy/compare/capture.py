@@ -57,11 +57,15 @@ class CaptureBuilder:
         "backend",
         "events",
         "role",
+        "stream",
         "t_start",
     )
 
-    def __init__(self, role: Role, backend: str, t_start: float) -> None:
+    def __init__(
+        self, role: Role, backend: str, t_start: float, *, stream: bool = False
+    ) -> None:
         self.role: Role = role
+        self.stream = stream  # a stream was requested: an empty body is then an error too
         self.backend = backend
         self.t_start = t_start
         self._decoder: SSEDecoder | None = None
@@ -123,6 +127,10 @@ class CaptureBuilder:
         err = error or self._error
         if err is None and status is not None and status >= 400:
             err = "http_5xx" if status >= 500 else "http_4xx"
+        if err is None and not cancelled and status is not None and not self._done \
+                and (self._decoder is not None or self.stream):
+            # vLLM ends every stream with [DONE]; without it the stream was cut or not SSE.
+            err = "truncated" if self.events else "invalid_sse"
         top, sampled = _flatten_logprobs(self._logprobs, self._is_chat)
         ids = tuple(self._token_ids) if self._token_ids else None
         output_tokens = self._usage_tokens

@@ -156,7 +156,7 @@ def test_http_errors_transport_errors_and_cancel() -> None:
 def test_json_with_surrounding_whitespace_is_accepted() -> None:
     builder = CaptureBuilder("shadow", "new", 0.0)
     builder.on_chunk(b'data:   {"choices": [{"index": 0, "text": "a"}]}  \n\n', 0.5)
-    builder.on_chunk(b'data: {"choices": [{"index": 0, "text": "b"}]}\t\n\n', 0.6)
+    builder.on_chunk(b'data: {"choices": [{"index": 0, "text": "b"}]}\t\n\ndata: [DONE]\n\n', 0.6)
     cap = builder.finish(200, 1.0)
     assert cap.error is None and cap.text == "ab"
 
@@ -165,7 +165,8 @@ def test_long_prompt_token_ids_are_cut_before_parsing_and_in_small_chunks() -> N
     prompt_ids = ",".join(str(100000 + i) for i in range(50000))
     first = ('data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}],'
              f'"prompt_token_ids":[{prompt_ids}]}}\n\n').encode()
-    rest = b'data: {"choices":[{"index":0,"delta":{"content":"ok"},"token_ids":[9]}]}\n\n'
+    rest = (b'data: {"choices":[{"index":0,"delta":{"content":"ok"},"token_ids":[9]}]}\n\n'
+            b"data: [DONE]\n\n")
     builder = CaptureBuilder("shadow", "new", 0.0)
     raw = first + rest
     for cut in range(0, len(raw), 1000):
@@ -183,8 +184,24 @@ def test_long_events_skip_parsing_prompt_token_ids() -> None:
     # Proof the echoed prompt ids are cut rather than parsed: garbage in them goes unnoticed.
     filler = ",".join(["7"] * 3000)
     event = ('data: {"choices":[{"index":0,"text":"a","token_ids":[5]}],'
-             f'"prompt_token_ids":[{filler},not-json]}}\n\n').encode()
+             f'"prompt_token_ids":[{filler},not-json]}}\n\ndata: [DONE]\n\n').encode()
     builder = CaptureBuilder("shadow", "new", 0.0)
     builder.on_chunk(event, 0.5)
     cap = builder.finish(200, 1.0)
     assert cap.error is None and cap.token_ids == (5,)
+
+
+@pytest.mark.parametrize(("body", "stream", "error"), [
+    (b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n', False, "truncated"),
+    (b"<html>not sse</html>\n\n", False, "invalid_sse"),
+    (b"", True, "invalid_sse"),
+    (b'data: {"choices": [{"index": 0, "text": "a"}]}\n\ndata: [DONE]\n\n', False, None),
+])
+def test_stream_without_done_is_truncated_or_invalid(body: bytes, stream: bool,
+                                                     error: str | None) -> None:
+    builder = CaptureBuilder("shadow", "new", 0.0, stream=stream)
+    if body:
+        builder.on_chunk(body, 0.5)
+    assert builder.finish(200, 1.0).error == error
+    cancelled = CaptureBuilder("shadow", "new", 0.0, stream=True).finish(200, 1.0, cancelled=True)
+    assert cancelled.error is None
