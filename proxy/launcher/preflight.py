@@ -64,6 +64,12 @@ def detect_compute_capability() -> tuple[int, int] | None:
     return probes.probe_cuda().capability
 
 
+def detect_compute_capability_fast() -> tuple[int, int] | None:
+    """The same answer, usually without importing torch (nvidia-smi, driver files):
+    tens of ms instead of seconds, for the launcher's start-up budget."""
+    return probes.probe_cuda_fast().capability
+
+
 def run_preflight(
     *,
     vllm_version: str,

@@ -6,6 +6,7 @@ Each probe imports torch or flashinfer lazily and turns every failure into data.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -45,20 +46,38 @@ def probe_cuda() -> CudaProbe:
     return CudaProbe(True, (int(major), int(minor)), name, version, "torch")
 
 
+DRIVER_PATHS = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia/version")
+
+
+def probe_cuda_fast() -> CudaProbe:
+    """Like `probe_cuda` without importing torch where it can: nvidia-smi first (tens of
+    ms); no NVIDIA driver files -> no CUDA; torch only when a driver is there but
+    nvidia-smi is not (a container without the `utility` driver capability)."""
+    smi = _probe_nvidia_smi("fast probe")
+    if smi.available or smi.error == "CUDA_VISIBLE_DEVICES hides every GPU":
+        return smi
+    if not any(os.path.exists(p) for p in DRIVER_PATHS):
+        return CudaProbe(False, error="no NVIDIA driver on this host")
+    return probe_cuda()
+
+
 def _probe_nvidia_smi(why: str) -> CudaProbe:
-    """Without torch, nvidia-smi (driver 510+) still knows the capability."""
+    """nvidia-smi (driver 510+) knows the capability of the device torch calls 0."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return CudaProbe(False, error=why)
+    cmd = [exe, "--query-gpu=name,compute_cap", "--format=csv,noheader"]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        first = visible.split(",")[0].strip()
+        if not first or first.startswith("-"):
+            return CudaProbe(
+                False, source="nvidia-smi", error="CUDA_VISIBLE_DEVICES hides every GPU"
+            )
+        cmd.append(f"--id={first}")
     try:
-        out = subprocess.run(
-            [exe, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.splitlines()[0]
-        name, cap = (part.strip() for part in out.rsplit(",", 1))
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True)
+        name, cap = (part.strip() for part in out.stdout.splitlines()[0].rsplit(",", 1))
         major, minor = (int(p) for p in cap.split("."))
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
         return CudaProbe(False, error=f"{why}; nvidia-smi: {exc}")

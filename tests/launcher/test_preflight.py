@@ -260,9 +260,12 @@ def test_to_json_is_serialisable_with_summary(host: Callable[..., list]) -> None
     assert all(set(c) == {"name", "severity", "message", "details"} for c in data["checks"])
 
 
-def test_self_test_on_this_cpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_self_test_on_a_cpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
     monkeypatch.setattr(probes.shutil, "which", lambda name: None)
-    report = run(self_test=True)  # real torch, no CUDA here
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU host
+    report = run(self_test=True)  # real torch on the CPU
     found = check(report, "self_test")
     assert found.severity == "ok"
     assert report.summary["self_test"]["path"] == "torch-reference"
@@ -279,3 +282,40 @@ def test_importing_preflight_and_validate_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
     )
     assert out.stdout.strip() == "[]"
+
+
+def smi_answer(monkeypatch: pytest.MonkeyPatch, seen: list[list[str]]) -> None:
+    monkeypatch.setattr(probes.shutil, "which", lambda name: "/bin/nvidia-smi")
+
+    def fake_run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout="NVIDIA B200, 10.0\n", stderr="")
+
+    monkeypatch.setattr(probes.subprocess, "run", fake_run)
+
+
+def test_fast_probe_uses_nvidia_smi_not_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    smi_answer(monkeypatch, seen)
+    monkeypatch.setitem(sys.modules, "torch", fake_torch((9, 0)))  # would answer 9.0
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert preflight.detect_compute_capability_fast() == (10, 0)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc,3")
+    assert probes.probe_cuda_fast().device_name == "NVIDIA B200"
+    assert seen[-1][-1] == "--id=GPU-abc"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    hidden = probes.probe_cuda_fast()
+    assert (hidden.available, hidden.error) == (False, "CUDA_VISIBLE_DEVICES hides every GPU")
+    assert len(seen) == 2
+
+
+def test_fast_probe_without_driver_never_asks_torch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(probes.shutil, "which", lambda name: None)
+    monkeypatch.setitem(sys.modules, "torch", fake_torch((9, 0)))
+    monkeypatch.setattr(probes, "DRIVER_PATHS", (str(tmp_path / "nvidiactl"),))
+    probe = probes.probe_cuda_fast()
+    assert (probe.available, probe.error) == (False, "no NVIDIA driver on this host")
+    (tmp_path / "nvidiactl").write_text("")  # a driver but no nvidia-smi: ask torch
+    assert preflight.detect_compute_capability_fast() == (9, 0)

@@ -11,7 +11,8 @@ import torch
 from proxy.launcher import nvfp4, selftest
 
 
-def test_cpu_host_runs_the_torch_reference() -> None:
+def test_cpu_host_runs_the_torch_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU host
     result = selftest.run_self_test(compute_capability=(10, 0), linear_backend="flashinfer_cutedsl")
     assert result.ok, result.errors
     assert (result.path, result.device, result.flashinfer_backend) == (
