@@ -6,7 +6,9 @@ capability, is FlashInfer installed at the version this vLLM pins, does
 does an NVFP4 GEMM give the right numbers. A chosen path that cannot work on the GPU of
 this host is `fatal`: the launcher then stops before vLLM spends minutes loading a model.
 A host without CUDA (a CPU build of vLLM) is never fatal: FP4 GEMM settings have no
-effect there. torch and flashinfer are imported lazily, only when a check needs them.
+effect there. The device is found with nvidia-smi where it can (torch costs seconds to
+import); torch and flashinfer are imported lazily, only when a check needs them
+(`mm_fp4.is_backend_supported` for a chosen FlashInfer backend, the self-test).
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def run_preflight(
     """Check CUDA, capability, FlashInfer (installed, version vs vLLM's pin) and
     `mm_fp4.is_backend_supported` for the chosen vLLM linear backend name
     (e.g. "flashinfer_cutedsl"); with self_test, run the NVFP4 GEMM check."""
-    probe = probes.probe_cuda()
+    probe = probes.probe_cuda_fast()
     cc = compute_capability if compute_capability is not None else probe.capability
     family = gpus.gpu_family(cc)
     ctx = _Context(
@@ -225,7 +227,7 @@ def _flashinfer_checks(ctx: _Context) -> list[Check]:
             Check(
                 "flashinfer",
                 "warning",
-                f"FlashInfer is not installed ({needed} asks for it)",
+                f"FlashInfer is not installed (wanted by {needed})",
                 details,
             )
         )
@@ -294,7 +296,9 @@ def _mm_fp4_check(ctx: _Context, fi_backend: str) -> Check:
             f"mm_fp4 backend {fi_backend!r} not checked: no compute capability known",
             details,
         )
-    supported, source = probes.mm_fp4_supported(fi_backend, ctx.cc)
+    # FlashInfer itself is asked only about a GPU that is here and only if installed.
+    ask = ctx.enforce and ctx.fi_version is not None
+    supported, source = probes.mm_fp4_supported(fi_backend, ctx.cc, ask_flashinfer=ask)
     details.update(supported=supported, source=source)
     if supported:
         return Check(
