@@ -29,7 +29,7 @@ def fake_translate(occ):  # type: ignore[no-untyped-def]
     if name == "--quantization" and occ.value == "nvfp4":
         return Replacement((), (), "vLLM detects the checkpoint's method")
     if name == "VLLM_USE_TRTLLM_FP4_GEMM":
-        return Replacement((), (("VLLM_NVFP4_GEMM_BACKEND", "flashinfer-trtllm"),), "renamed var")
+        return Replacement((), (("VLLM_NEW_FP4_BACKEND", "flashinfer-trtllm"),), "renamed var")
     if name in ("VLLM_NVFP4_GEMM_BACKEND", "VLLM_USE_FBGEMM"):
         return Replacement(("--linear-backend", "cutlass"), (), "now a flag")
     return None
