@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from proxy.scan.model import Host, ListSite, Occurrence, TokenStyle
-from proxy.scan.shell import find_in_shell
+from proxy.scan.shell import find_in_shell, runs_sglang
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ def argv_occurrences(
     `sh -c "..."`) is read as shell text through the host `embed(index)` returns."""
     found: list[Occurrence] = []
     text = file.decoded
+    if runs_sglang([item.value for item in items]):
+        return found
     for index, item in enumerate(items):
         word = item.value
         if any(c in word for c in " \t\n") and not word.startswith("-"):

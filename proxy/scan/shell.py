@@ -178,6 +178,8 @@ def command_occurrences(words: list[Word], text: str, host: Host) -> list[Occurr
             found.append(_assignment(word, text, host, entry))
         if program.text != "env":
             return found
+    if runs_sglang([w.text for w in rest]):
+        return found
     env_prefix_at = program.start if program.text.rsplit("/", 1)[-1] in _VLLM_PROGRAMS else None
     for k, word in enumerate(rest):
         nxt = rest[k + 1] if k + 1 < len(rest) else None
@@ -198,6 +200,11 @@ def _flag(word: Word, nxt: Word | None, host: Host, env_prefix_at: int | None) -
                           WordsSite(word.start, nxt.end, env_prefix_at))
     return Occurrence("flag", word.text, None, word.start, host,
                       WordsSite(word.start, word.end, env_prefix_at))
+
+
+def runs_sglang(words: list[str]) -> bool:
+    """SGLang's server takes `--fp4-gemm-backend` itself: its flags are not vLLM's."""
+    return any("sglang" in word for word in words[:4])
 
 
 def find_in_shell(text: str, host: Host, start: int = 0, end: int | None = None

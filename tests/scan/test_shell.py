@@ -43,3 +43,8 @@ def test_env_prefix_place_only_for_vllm_programs() -> None:
     sites = {o.name: o.site for o in find_in_shell(text, file_host(text))}
     assert sites["--b"].env_prefix_at == text.index("vllm serve m --b")  # type: ignore[union-attr]
     assert sites["--c"].env_prefix_at is None  # type: ignore[union-attr]
+
+
+def test_sglang_commands_keep_their_own_flags() -> None:
+    text = "python -m sglang.launch_server --model-path m --fp4-gemm-backend flashinfer_cutlass\n"
+    assert not [o for o in find_in_shell(text, file_host(text)) if o.kind == "flag"]
