@@ -66,7 +66,8 @@ def scan_file(path: Path, kind: FileKind, translate: Translate, fix: bool) -> Fi
         return FileResult(label, findings)
     left = [f for f, _ in scan_text(label, kind, new_text, translate)]
     done = [f for f, p in results if p is not None and p in applied]
-    if any(f.status == "fixable" for f in left):
+    not_applied = sum(f.status == "fixable" for f, p in results if p not in applied)
+    if sum(f.status == "fixable" for f in left) > not_applied:
         log.warning("%s: the rewrite did not remove what it fixed; file left as it was", label)
         return FileResult(label, findings, error=f"{label}: could not fix safely, left unchanged")
     backup = write_with_backup(path, original, new_text)
