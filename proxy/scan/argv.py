@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from proxy.scan.model import Host, ListSite, Occurrence, TokenStyle
-from proxy.scan.shell import find_in_shell, runs_sglang
+from proxy.scan.shell import find_in_shell, is_flag, runs_sglang
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def argv_occurrences(
         if any(c in word for c in " \t\n") and not word.startswith("-"):
             found.extend(find_in_shell(word, embed(index)))
             continue
-        if not word.startswith("--") or len(word) <= 2:
+        if not is_flag(word):
             continue
         nxt = items[index + 1] if index + 1 < len(items) else None
         spans = [(item.start, item.end)]

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from proxy.scan.argv import Item, argv_occurrences
-from proxy.scan.model import Host, KeyValueSite, Occurrence
+from proxy.scan.model import Host, KeyValueSite, Occurrence, in_group
 from proxy.scan.shell import find_in_shell, is_assignment, split_commands
 
 _INSTRUCTION = re.compile(r"[ \t]*([A-Za-z]+)[ \t]*")
@@ -120,16 +120,19 @@ def find_in_dockerfile(text: str) -> list[Occurrence]:
     found: list[Occurrence] = []
     for inst in instructions(text):
         if inst.keyword in ("ENV", "ARG"):
-            found.extend(_env_occurrences(text, inst, file))
+            build_only = inst.keyword == "ARG"  # not in the running container's env
+            found.extend(in_group(_env_occurrences(text, inst, file), (-1 if build_only else 0,)))
         elif inst.keyword in _COMMANDS:
             items = _json_items(text, inst.args_start, inst.end)
+            group = (inst.start,) if inst.keyword == "RUN" else (0,)
             if items is None:
-                found.extend(find_in_shell(text, file, inst.args_start, inst.end))
+                found.extend(in_group(find_in_shell(text, file, inst.args_start, inst.end),
+                                      group))
                 continue
 
             def embed(index: int, items: list[Item] = items) -> Host:
                 item = items[index]
                 return Host("json_string", item.start, item.end, item.value)
 
-            found.extend(argv_occurrences(items, file, "flow", embed))
+            found.extend(in_group(argv_occurrences(items, file, "flow", embed), group))
     return found

@@ -123,10 +123,13 @@ def set_key_value(occ: Occurrence, name: str, value: str | None) -> list[Edit] |
 
 def remove_entry(occ: Occurrence) -> list[Edit] | None:
     """Drop an env var / config key (whole lines where it has them alone)."""
-    site = occ.site
+    site, text = occ.site, occ.host.decoded
     if not isinstance(site, KeyValueSite):
         return None
-    return [Edit(*site.entry_span, "")]
+    start, end = site.entry_span
+    if start > 0 and text[start - 1] != "\n":
+        return [_remove_words(text, start, end)]
+    return [Edit(start, end, "")]
 
 
 def apply_edits(text: str, edits: list[Edit]) -> str:

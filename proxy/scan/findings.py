@@ -8,7 +8,7 @@ decides whether that replacement can be written where the setting sits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,14 +35,19 @@ class Replacement:
     flags: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     reason: str
+    error: str | None = None  # the rule table could not read the value
+    scope: str = ""  # what it selects ("linear", "moe", ...): fixed together or not at all
 
     def describe(self) -> str:
+        if self.error is not None:
+            return "?"
         parts = [" ".join(self.flags)] if self.flags else []
         parts += [f"{name}={value}" for name, value in self.env]
         return " + ".join(parts) if parts else "remove it"
 
 
-Translate = Callable[[Occurrence], "Replacement | None"]
+# All settings of one file -> what each becomes (None: nothing to change).
+Translate = Callable[[Sequence[Occurrence]], "list[Replacement | None]"]
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,10 @@ class Finding:
 
     def human(self) -> str:
         found = self.name if self.value is None else f"{self.name} {self.value}"
-        if self.kind != "flag" and self.value is not None:
+        if self.kind == "env" and self.value is not None:
             found = f"{self.name}={self.value}"
+        elif self.kind == "config":
+            found = f"{self.name}: {self.value}"
         line = f"{self.file}:{self.line}: found {found} -> fix {self.fix} ({self.reason})"
         return line + (f" [manual edit: {self.note}]" if self.status == "manual" else "")
 
@@ -92,6 +99,8 @@ def _config_key(flag: str, old_key: str) -> str:
 
 def plan_edits(occ: Occurrence, repl: Replacement) -> tuple[list[Edit] | None, str]:
     """The local edits writing `repl` where `occ` sits, or (None, why it needs a hand)."""
+    if repl.error is not None:
+        return None, repl.error
     flags, env = list(repl.flags), list(repl.env)
     if occ.kind == "flag":
         if not env:
@@ -128,12 +137,18 @@ def plan_edits(occ: Occurrence, repl: Replacement) -> tuple[list[Edit] | None, s
 def scan_text(label: str, kind: FileKind, text: str, translate: Translate
               ) -> list[tuple[Finding, Plan | None]]:
     """Findings in one file's text, each with the plan that fixes it (None: manual)."""
+    found = find_settings(kind, text)
+    matched = [(occ, repl) for occ, repl in zip(found, translate(found)) if repl is not None]
+    planned = [(occ, repl, *plan_edits(occ, repl)) for occ, repl in matched]
+    # Fixing half of what selects one kernel (say, dropping a flag superseded by an env
+    # var that needs a hand edit) would leave the command asking for something else.
+    by_hand = {(occ.group, repl.scope): occ for occ, repl, edits, _ in planned
+               if edits is None and repl.scope}
     out: list[tuple[Finding, Plan | None]] = []
-    for occ in find_settings(kind, text):
-        repl = translate(occ)
-        if repl is None:
-            continue
-        edits, note = plan_edits(occ, repl)
+    for occ, repl, edits, note in planned:
+        partner = by_hand.get((occ.group, repl.scope))
+        if edits is not None and partner is not None:
+            edits, note = None, f"fix together with {partner.name}, which needs a manual edit"
         line, column = line_and_column(text, file_offset(text, occ))
         finding = Finding(label, line, column, occ.kind, occ.name, occ.value, repl.describe(),
                           repl.reason, "fixable" if edits is not None else "manual", note)

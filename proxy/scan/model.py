@@ -9,7 +9,7 @@ writes files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 SettingKind = Literal["flag", "env", "config"]
@@ -105,6 +105,13 @@ class Occurrence:
     offset: int  # file offset of the name, for line and column
     host: Host
     site: Site
+    # Settings read together by the rule table: one command with its environment (a
+    # compose service, a Kubernetes container, a Dockerfile's image) shares a group.
+    group: tuple[int, ...] = ()
+
+
+def in_group(found: list[Occurrence], group: tuple[int, ...]) -> list[Occurrence]:
+    return [replace(occ, group=group) for occ in found]
 
 
 def file_host(text: str) -> Host:

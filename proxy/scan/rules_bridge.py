@@ -1,67 +1,87 @@
 """The one versioned rule table (the launcher's) seen from the scanner.
 
-The scanner has no rules of its own: for every setting a finder sees it asks
-`proxy.launcher.rules.translate_setting` what that setting becomes for the target
-vLLM version, and turns the launcher's changes into a `Replacement`.
+The scanner has no rules of its own. The settings of one group (a command with its
+environment: a compose service, a Kubernetes container, a Dockerfile's image, a shell
+command with its env prefix) go through `proxy.launcher.translate.translate` together,
+exactly as the launcher would see them, and each action on a setting becomes the
+`Replacement` of the occurrence it came from.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Sequence
 from typing import Any
 
 from proxy.scan.findings import Replacement, Translate
 from proxy.scan.model import Occurrence
 
-_ENV = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+
+def _tokens(setting: Any) -> list[str]:
+    """A replacing setting as command-line tokens (config keys are flags without `--`)."""
+    name = setting.name if setting.kind == "flag" else "--" + setting.name
+    return [name] + ([] if setting.value is None else [setting.value])
 
 
-def setting_of(occ: Occurrence) -> tuple[str, str]:
-    """(kind, name) as the rule table keys them: config keys are flags; `_` -> `-`."""
-    if occ.kind == "env":
-        return "env", occ.name
-    name = occ.name if occ.kind == "flag" else "--" + occ.name
-    return "flag", "--" + name[2:].replace("_", "-")
+def replacement_of(action: Any, changes: Sequence[Any]) -> Replacement:
+    """One launcher Action (+ the changes that explain it) as a scanner Replacement."""
+    from proxy.launcher.translate import render
+
+    old = render(action.source)
+    mine = [c for c in changes if c.old == old]
+    reasons = [c.reason for c in mine if c.kind != "warning"]
+    warnings = [f"warning: {c.reason}" for c in mine if c.kind == "warning"]
+    flags = [t for s in action.replacement if s.kind != "env" for t in _tokens(s)]
+    env = [(s.name, s.value or "") for s in action.replacement if s.kind == "env"]
+    reason = "; ".join(dict.fromkeys(reasons + warnings)) or "deprecated for this version"
+    return Replacement(tuple(flags), tuple(env), reason, scope=_scope(action.source))
 
 
-def replacement_of(changes: Sequence[Any]) -> Replacement | None:
-    """Fold the launcher's changes for one setting into one Replacement (None: nothing)."""
-    if not changes:
-        return None
-    flags: list[str] = []
-    env: list[tuple[str, str]] = []
-    reasons: list[str] = []
-    for change in changes:
-        new = change.new
-        reasons.append(change.reason)
-        if new is None or new == "" or new == []:
-            continue
-        if isinstance(new, (list, tuple)):
-            flags.extend(str(t) for t in new)
-        elif str(new).startswith("-"):
-            flags.extend(shlex.split(str(new)))
-        else:
-            match = _ENV.fullmatch(str(new))
-            if match is None:
-                raise ValueError(f"rule table change with unreadable new value {new!r}")
-            env.append((match.group(1), match.group(2)))
-    reason = "; ".join(dict.fromkeys(r for r in reasons if r))
-    return Replacement(tuple(flags), tuple(env), reason)
+def _scope(setting: Any) -> str:
+    """Which kernel choice a setting belongs to, read from the launcher's table."""
+    from proxy.launcher.rules import SOURCES
+
+    name = setting.name if setting.kind != "config" else "--" + setting.name
+    if setting.kind != "env":
+        name = "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+    for source in SOURCES:
+        if (source.kind == "env") == (setting.kind == "env") and \
+                name in (source.name, *source.aliases):
+            return source.scope
+    return ""
 
 
 def make_translate(target: str, policy: str,
                    compute_capability: tuple[int, int] | None) -> Translate:
-    """A Translate bound to one target version; ValueError for an unsupported target."""
-    from proxy.launcher import rules
+    """A Translate bound to one target; ValueError (quoting it) for a bad target version."""
+    from proxy.launcher import translate as engine
+    from proxy.launcher.versions import check_supported, parse_version
 
-    version = rules.parse_target(target)
+    version = check_supported(parse_version(target))
 
-    def translate(occ: Occurrence) -> Replacement | None:
-        kind, name = setting_of(occ)
-        changes = rules.translate_setting(kind, name, occ.value, target=version,
-                                          policy=policy, compute_capability=compute_capability)
-        return replacement_of(changes)
+    def run(settings: list[Any]) -> Any:
+        return engine.translate(settings, target=version, policy=policy,  # type: ignore[arg-type]
+                                compute_capability=compute_capability)
+
+    def translate(occs: Sequence[Occurrence]) -> list[Replacement | None]:
+        out: list[Replacement | None] = [None] * len(occs)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for index, occ in enumerate(occs):
+            groups.setdefault(occ.group, []).append(index)
+        for indexes in groups.values():
+            settings = [engine.Setting(occs[i].kind, occs[i].name, occs[i].value) for i in indexes]
+            try:
+                results = [(indexes, settings, run(settings))]
+            except engine.TranslationError:
+                results = []
+                for i, setting in zip(indexes, settings):
+                    try:
+                        results.append(([i], [setting], run([setting])))
+                    except engine.TranslationError as err:
+                        out[i] = Replacement((), (), str(err), error=str(err))
+            for ids, group, translation in results:
+                for action in translation.actions:
+                    at = next(k for k, s in enumerate(group) if s is action.source)
+                    out[ids[at]] = replacement_of(action, translation.changes)
+        return out
 
     return translate

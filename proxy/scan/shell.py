@@ -9,11 +9,12 @@ lines and compose command strings; it never executes anything.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy.scan.model import Host, KeyValueSite, Occurrence, WordsSite
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_SHORT_FLAG = re.compile(r"-[A-Za-z]")
 _SEPARATORS = "\n;&|()"
 # Programs in front of which `NAME=VALUE ` sets the environment of vLLM itself.
 _VLLM_PROGRAMS = frozenset({"vllm", "python", "python3", "vllm-cutover"})
@@ -180,12 +181,13 @@ def command_occurrences(words: list[Word], text: str, host: Host) -> list[Occurr
             return found
     if runs_sglang([w.text for w in rest]):
         return found
-    env_prefix_at = program.start if program.text.rsplit("/", 1)[-1] in _VLLM_PROGRAMS else None
+    runs = rest[1] if program.text in ("exec", "nohup") and len(rest) > 1 else program
+    env_prefix_at = program.start if runs.text.rsplit("/", 1)[-1] in _VLLM_PROGRAMS else None
     for k, word in enumerate(rest):
         nxt = rest[k + 1] if k + 1 < len(rest) else None
         if word.text in ("-e", "--env") and nxt is not None and is_assignment(nxt, text):
             found.append(_assignment(nxt, text, host, (word.start, nxt.end)))
-        elif word.text.startswith("--") and len(word.text) > 2:
+        elif is_flag(word.text):
             found.append(_flag(word, nxt, host, env_prefix_at))
     return found
 
@@ -202,6 +204,11 @@ def _flag(word: Word, nxt: Word | None, host: Host, env_prefix_at: int | None) -
                       WordsSite(word.start, word.end, env_prefix_at))
 
 
+def is_flag(word: str) -> bool:
+    """`--long-flag[=v]` or a one-letter `-q` (vLLM's alias for --quantization)."""
+    return (word.startswith("--") and len(word) > 2) or _SHORT_FLAG.fullmatch(word) is not None
+
+
 def runs_sglang(words: list[str]) -> bool:
     """SGLang's server takes `--fp4-gemm-backend` itself: its flags are not vLLM's."""
     return any("sglang" in word for word in words[:4])
@@ -212,5 +219,8 @@ def find_in_shell(text: str, host: Host, start: int = 0, end: int | None = None
     """All settings in shell text (a whole script or one region of a file)."""
     found: list[Occurrence] = []
     for words in split_commands(text, start, end):
-        found.extend(command_occurrences(words, text, host))
+        for occ in command_occurrences(words, text, host):
+            exported = occ.kind == "env" and (words[0].text in ("export", "declare")
+                                              or all(is_assignment(w, text) for w in words))
+            found.append(replace(occ, group=(host.start, -1 if exported else words[0].start)))
     return found

@@ -12,7 +12,7 @@ from __future__ import annotations
 import yaml
 
 from proxy.scan.argv import Item, argv_occurrences
-from proxy.scan.model import Host, KeyValueSite, Occurrence, TokenStyle
+from proxy.scan.model import Host, KeyValueSite, Occurrence, TokenStyle, in_group
 from proxy.scan.shell import find_in_shell
 
 COMMAND_KEYS = frozenset({"command", "args", "entrypoint"})
@@ -78,6 +78,8 @@ class _Walker:
 
     def walk(self, node: yaml.Node, path: tuple[int | str, ...]) -> None:
         if isinstance(node, yaml.MappingNode):
+            before = len(self.found)
+            nested = []
             for key, value in node.value:
                 name = key.value if isinstance(key, yaml.ScalarNode) else None
                 if name in COMMAND_KEYS:
@@ -85,7 +87,11 @@ class _Walker:
                 elif name in ENV_KEYS:
                     self.env(value)
                 else:
-                    self.walk(value, path + (str(name),))
+                    nested.append((value, path + (str(name),)))
+            # A service / container: its command and its environment are read together.
+            self.found[before:] = in_group(self.found[before:], (node.start_mark.index,))
+            for value, sub_path in nested:
+                self.walk(value, sub_path)
         elif isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
                 self.walk(item, path + (index,))
@@ -169,13 +175,15 @@ class _Walker:
                                      name_node.start_mark.index, self.file, site))
 
     def config(self, root: yaml.MappingNode, path: tuple[int | str, ...]) -> None:
+        before = len(self.found)
         for key, value in root.value:
             if not isinstance(key, yaml.ScalarNode):
                 continue
             if key.value in COMMAND_KEYS | ENV_KEYS or not isinstance(value, yaml.ScalarNode):
-                self.walk(yaml.MappingNode(root.tag, [(key, value)]), path)
+                self.walk(yaml.MappingNode(root.tag, [(key, value)], root.start_mark), path)
                 continue
             self.key_value("config", key, value, root.flow_style)
+        self.found[before:] = in_group(self.found[before:], (root.start_mark.index,))
 
 
 def find_in_yaml(text: str) -> list[Occurrence]:

@@ -17,13 +17,12 @@ def fixture_text() -> object:
     return read
 
 
-def fake_translate(occ):  # type: ignore[no-untyped-def]
+def fake_setting(occ):  # type: ignore[no-untyped-def]
     """A stand-in for the launcher's table in tests of the scanner's own mechanics:
     one flag rewritten, one dropped, one env var renamed, the rest become flags."""
     from proxy.scan.findings import Replacement
-    from proxy.scan.rules_bridge import setting_of
-
-    _, name = setting_of(occ)
+    name = occ.name if occ.kind != "config" else "--" + occ.name
+    name = name.replace("_", "-") if occ.kind != "env" else name
     if name == "--fp4-gemm-backend":
         return Replacement(("--linear-backend", "flashinfer_cutlass"), (), "renamed flag")
     if name == "--quantization" and occ.value == "nvfp4":
@@ -33,6 +32,13 @@ def fake_translate(occ):  # type: ignore[no-untyped-def]
     if name in ("VLLM_NVFP4_GEMM_BACKEND", "VLLM_USE_FBGEMM"):
         return Replacement(("--linear-backend", "cutlass"), (), "now a flag")
     return None
+
+
+def per_setting(one):  # type: ignore[no-untyped-def]
+    return lambda occs: [one(occ) for occ in occs]
+
+
+fake_translate = per_setting(fake_setting)
 
 
 @pytest.fixture

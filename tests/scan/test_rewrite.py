@@ -21,7 +21,7 @@ def test_plain_scalar_that_cannot_hold_the_new_text_becomes_double_quoted(transl
         return Replacement(("--kernel-config", '{"a": {"b": "c"}}'), (), "r")
 
     text = "services:\n  a:\n    command: vllm serve m --fp4-gemm-backend cutlass  # keep\n"
-    new, applied = _fix("yaml", text, to_kernel_config)
+    new, applied = _fix("yaml", text, lambda occs: [to_kernel_config(o) for o in occs])
     assert applied == 1
     assert new.endswith("  # keep\n")
     command = yaml.safe_load(new)["services"]["a"]["command"]

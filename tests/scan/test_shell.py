@@ -40,9 +40,11 @@ def test_env_forms() -> None:
 
 def test_env_prefix_place_only_for_vllm_programs() -> None:
     text = "exec vllm serve m --a 1\nvllm serve m --b 2\ndocker run img --c 3\n"
+    # `NAME=v exec vllm ...` passes NAME to vLLM too
     sites = {o.name: o.site for o in find_in_shell(text, file_host(text))}
     assert sites["--b"].env_prefix_at == text.index("vllm serve m --b")  # type: ignore[union-attr]
     assert sites["--c"].env_prefix_at is None  # type: ignore[union-attr]
+    assert sites["--a"].env_prefix_at == 0  # type: ignore[union-attr]
 
 
 def test_sglang_commands_keep_their_own_flags() -> None:
