@@ -167,9 +167,8 @@ def command_occurrences(words: list[Word], text: str, host: Host) -> list[Occurr
             entry = _line_entry(text, word, word) if len(prefix) == 1 else (word.start, word.end)
             found.append(_assignment(word, text, host, entry))
         return found
-    for word in prefix:
-        nxt = words[words.index(word) + 1]
-        found.append(_assignment(word, text, host, (word.start, nxt.start)))
+    for k, word in enumerate(prefix):
+        found.append(_assignment(word, text, host, (word.start, words[k + 1].start)))
     rest = words[i:]
     if program.text in ("export", "env", "declare"):
         assigns = [w for w in rest[1:] if is_assignment(w, text)]

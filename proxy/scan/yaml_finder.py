@@ -165,12 +165,12 @@ class _Walker:
         last_end = max(v.end_mark.index for _, v in item.value)
         site = KeyValueSite(
             name_span=_span(name_node),
-            value_span=_span(value_node) if literal else None,  # type: ignore[arg-type]
+            value_span=_span(value_node) if literal else None,
             entry_span=_lines(self.text, item.start_mark.index, last_end),
             name_style=_style(name_node, flow),
-            value_style=_style(value_node, flow) if literal else "yaml_double",  # type: ignore[arg-type]
+            value_style=_style(value_node, flow) if literal else "yaml_double",
         )
-        value = value_node.value if literal else None  # type: ignore[union-attr]
+        value = value_node.value if literal else None
         self.found.append(Occurrence("env", name_node.value, value,
                                      name_node.start_mark.index, self.file, site))
 
@@ -193,7 +193,7 @@ def find_in_yaml(text: str) -> list[Occurrence]:
         if root is None:
             continue
         if is_config_document(root):
-            walker.config(root, (index,))  # type: ignore[arg-type]
+            walker.config(root, (index,))
         else:
             walker.walk(root, (index,))
     return walker.found
