@@ -75,6 +75,14 @@ class _Walker:
         self.text = text
         self.found: list[Occurrence] = []
         self.file = Host("file", 0, len(text), text)
+        self.seen: set[int] = set()
+
+    def first_visit(self, node: yaml.Node) -> bool:
+        """An anchored node shared through aliases is reported (and fixed) once."""
+        if id(node) in self.seen:
+            return False
+        self.seen.add(id(node))
+        return True
 
     def walk(self, node: yaml.Node, path: tuple[int | str, ...]) -> None:
         if isinstance(node, yaml.MappingNode):
@@ -97,6 +105,8 @@ class _Walker:
                 self.walk(item, path + (index,))
 
     def command(self, node: yaml.Node, path: tuple[int | str, ...]) -> None:
+        if not self.first_visit(node):
+            return
         if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":str"):
             self.found.extend(find_in_shell(node.value, _scalar_host(node, path, False)))
         elif isinstance(node, yaml.SequenceNode):
@@ -114,9 +124,15 @@ class _Walker:
         ))
 
     def env(self, node: yaml.Node) -> None:
+        if not self.first_visit(node):
+            return
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode):
+                if isinstance(key, yaml.ScalarNode) and key.tag.endswith(":merge"):
+                    merged = value.value if isinstance(value, yaml.SequenceNode) else [value]
+                    for part in merged:
+                        self.env(part)
+                elif isinstance(key, yaml.ScalarNode):
                     self.key_value("env", key, value, node.flow_style)
         elif isinstance(node, yaml.SequenceNode):
             for item in node.value:

@@ -54,3 +54,10 @@ def test_value_at_and_bad_yaml() -> None:
     assert value_at("a: [", (0, "a")) is None
     with pytest.raises(yaml.YAMLError):
         find_in_yaml("a: [\n")
+
+
+def test_anchored_environment_is_reported_once_and_merges_are_read() -> None:
+    text = ("x-env: &env\n  VLLM_USE_FBGEMM: '1'\nservices:\n  a:\n    environment: *env\n"
+            "  b:\n    environment:\n      <<: *env\n      OTHER: x\n  c:\n    environment: *env\n")
+    names = [(o.name, line_and_column(text, o.offset)[0]) for o in find_in_yaml(text)]
+    assert names == [("VLLM_USE_FBGEMM", 2), ("OTHER", 9)]
