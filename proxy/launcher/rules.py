@@ -37,7 +37,8 @@ class Source:
     scope: Scope
     accepted: SpecifierSet  # vLLM releases that honour it
     about: str  # why it is (or will be) wrong, for the reason text
-    rank: int  # newer-style settings rank higher and win over older ones
+    # Higher wins: new-style over old, a command-line flag over an env var of the same age.
+    rank: int
     values: tuple[tuple[str, str | None], ...] | None = None  # None: any value, passed through
     normalize: Normalize = "backend"
     deprecated: SpecifierSet = NEVER  # honoured but deprecated: translate anyway
@@ -92,28 +93,28 @@ _REMOVED_024 = "removed in vLLM 0.24 (deprecated from 0.22)"
 
 SOURCES: tuple[Source, ...] = (
     Source(
-        "flag", "--fp4-gemm-backend", "linear", NEVER, rank=1, strict=True,
+        "flag", "--fp4-gemm-backend", "linear", NEVER, rank=4, strict=True,
         about="SGLang's server flag: no vLLM release parses it (exit 2, unrecognized arguments)",
         values=_same("auto", "flashinfer_cutlass", "flashinfer_cudnn", "flashinfer_trtllm", "cutlass"),
     ),
     Source(
-        "env", "VLLM_USE_TRTLLM_FP4_GEMM", "linear", SpecifierSet(">=0.10.1,<0.11.1"), rank=2,
+        "env", "VLLM_USE_TRTLLM_FP4_GEMM", "linear", SpecifierSet(">=0.10.1,<0.11.1"), rank=1,
         about="VLLM_USE_TRTLLM_FP4_GEMM exists only in vLLM 0.10.1-0.11.0",
         values=(("1", "flashinfer_trtllm"), _BOOL_OFF), normalize="bool", strict=True,
     ),
     Source(
-        "env", "VLLM_USE_NVFP4_CT_EMULATIONS", "linear", SpecifierSet("<0.24"), rank=3,
+        "env", "VLLM_USE_NVFP4_CT_EMULATIONS", "linear", SpecifierSet("<0.24"), rank=2,
         deprecated=SpecifierSet(">=0.22"), about=f"VLLM_USE_NVFP4_CT_EMULATIONS was {_REMOVED_024}",
         values=(("1", "emulation"), _BOOL_OFF), normalize="bool", strict=True,
     ),
     Source(
-        "env", "VLLM_USE_FBGEMM", "linear", SpecifierSet(">=0.11.0,<0.24"), rank=3,
+        "env", "VLLM_USE_FBGEMM", "linear", SpecifierSet(">=0.11.0,<0.24"), rank=2,
         deprecated=SpecifierSet(">=0.22"),
         about=f"VLLM_USE_FBGEMM exists from vLLM 0.11.0 and was {_REMOVED_024}",
         values=(("1", "fbgemm"), _BOOL_OFF), normalize="bool", strict=True,
     ),
     Source(
-        "env", "VLLM_NVFP4_GEMM_BACKEND", "linear", SpecifierSet(">=0.11.1,<0.24"), rank=4,
+        "env", "VLLM_NVFP4_GEMM_BACKEND", "linear", SpecifierSet(">=0.11.1,<0.24"), rank=3,
         deprecated=SpecifierSet(">=0.22"), normalize="exact", strict=True,
         about=f"VLLM_NVFP4_GEMM_BACKEND exists from vLLM 0.11.1 and was {_REMOVED_024}",
         values=(
@@ -132,7 +133,7 @@ SOURCES: tuple[Source, ...] = (
         json_path=("linear_backend_per_quant", "nvfp4_w4a4"),
     ),
     Source(
-        "flag", "--moe-runner-backend", "moe", NEVER, rank=1, strict=True,
+        "flag", "--moe-runner-backend", "moe", NEVER, rank=3, strict=True,
         about="SGLang's MoE flag: vLLM's sibling is --moe-backend (from 0.17)",
         values=_same(
             "auto", "triton", "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_cutedsl",
@@ -169,9 +170,9 @@ SOURCES: tuple[Source, ...] = (
     ),
 )
 
-_NVFP4_LINEAR = _same("cutlass", "flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_cudnn",
-                      "marlin", "fbgemm", "emulation")
-_LINEAR_FLAG_VALUES = tuple(BackendValue(b, v) for b, v in _NVFP4_LINEAR) + (
+_NVFP4_LINEAR = ("cutlass", "flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_cudnn",
+                 "marlin", "fbgemm", "emulation")
+_LINEAR_FLAG_VALUES = tuple(BackendValue(b, b) for b in _NVFP4_LINEAR) + (
     BackendValue("flashinfer_cutedsl", "flashinfer_cutedsl", SpecifierSet(">=0.24")),
     # Listed from 0.24, but the NVFP4 kernel only works from 0.28.
     BackendValue("flashinfer_b12x", "flashinfer_b12x", SpecifierSet(">=0.28")),

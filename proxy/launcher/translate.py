@@ -247,7 +247,7 @@ def _translate_scope(
         if m is not lead:
             actions.append(Action(m.setting, ()))
             changes.append(Change(m.setting.kind, render(m.setting), None,
-                                  f"superseded by {render(lead.setting)} (it ranks as newer)"))
+                                  f"superseded by {render(lead.setting)}, which takes precedence"))
     requested = lead.intent or AUTO
     row = _choice(policy, scope, family)
     candidates = [requested if c == "{requested}" else c for c in row.candidates]

@@ -95,10 +95,8 @@ def read_shebang_interpreter(script: str, env: Mapping[str, str] | None = None) 
 
 
 def _same_interpreter(python: str) -> bool:
-    try:
-        return os.path.samefile(python, sys.executable)
-    except OSError:
-        return False
+    # Not samefile: venv pythons are symlinks to one base interpreter with different packages.
+    return os.path.abspath(python) == os.path.abspath(sys.executable)
 
 
 def detect_vllm_version(python: str) -> str | None:
