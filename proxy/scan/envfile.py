@@ -24,6 +24,9 @@ def find_in_env_file(text: str) -> list[Occurrence]:
             if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
                 value = value[1:-1]
                 value_start, value_end = value_start + 1, value_end - 1
+            elif " #" in value:  # an unquoted value ends where a comment starts
+                value = value[:value.index(" #")].rstrip()
+                value_end = value_start + len(value)
             site = KeyValueSite(
                 name_span=(pos + match.start(1), pos + match.end(1)),
                 value_span=(value_start, value_end),

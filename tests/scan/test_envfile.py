@@ -16,3 +16,11 @@ def test_quoted_value_span_is_inside_quotes() -> None:
     [occ] = find_in_env_file(text)
     start, end = occ.site.value_span  # type: ignore[union-attr,misc]
     assert text[start:end] == "x"
+
+
+def test_inline_comment_is_not_part_of_the_value() -> None:
+    text = "VLLM_USE_FBGEMM=1   # fbgemm kernels\n"
+    [occ] = find_in_env_file(text)
+    assert occ.value == "1"
+    start, end = occ.site.value_span  # type: ignore[union-attr,misc]
+    assert text[start:end] == "1"

@@ -73,3 +73,23 @@ def test_fix_round_trip_every_version(tmp_path: Path, target: str,
     assert not [f for f in again.findings if f.status == "fixable"]
     for path in root.glob("*.y*ml"):
         list(yaml.safe_load_all(path.read_text()))
+
+
+def test_preserve_policy_keeps_cutlass() -> None:
+    translate = make_translate("0.33", "preserve", (10, 0))
+    [(finding, _)] = scan_text("f", "shell", "vllm serve m --fp4-gemm-backend cutlass\n", translate)
+    assert finding.fix == '--kernel-config {"linear_backend_per_quant": {"nvfp4_w4a4": "cutlass"}}'
+
+
+def test_fixed_dockerfile_exec_forms_stay_json(tmp_path: Path) -> None:
+    import json
+
+    dockerfile = tmp_path / "Dockerfile"
+    shutil.copy(FIXTURES / "Dockerfile", dockerfile)
+    report = scan_paths([dockerfile], make_translate("0.30", "migrate", (12, 0)), fix=True)
+    assert report.fixed
+    text = dockerfile.read_text()
+    entrypoint = next(line for line in text.splitlines() if line.startswith("ENTRYPOINT"))
+    assert json.loads(entrypoint.removeprefix("ENTRYPOINT ")) == [
+        "vllm", "serve", "nvidia/Llama-3.1-8B-Instruct-FP4", "--kernel-config",
+        '{"linear_backend_per_quant": {"nvfp4_w4a4": "flashinfer_cutlass"}}']
