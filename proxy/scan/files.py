@@ -53,15 +53,14 @@ def iter_files(root: Path) -> Iterator[Path]:
 
 
 def read_text(path: Path) -> tuple[str | None, bytes]:
-    """(text, head bytes); text None for binary, huge or non-UTF-8 files."""
+    """(text, bytes); text None for binary, huge or non-UTF-8 files."""
     data = path.read_bytes()
-    head = data[:8192]
-    if is_binary(head) or len(data) > _MAX_BYTES:
-        return None, head
+    if is_binary(data[:8192]) or len(data) > _MAX_BYTES:
+        return None, data[:8192]
     try:
-        return data.decode("utf-8"), head
+        return data.decode("utf-8"), data
     except UnicodeDecodeError:
-        return None, head
+        return None, data[:8192]
 
 
 def backup_path(path: Path) -> Path:

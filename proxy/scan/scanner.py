@@ -48,10 +48,10 @@ class ScanReport:
         return [f for r in self.files for f in r.fixed]
 
 
-def scan_file(path: Path, kind: FileKind, translate: Translate, fix: bool) -> FileResult:
-    """Scan (and with `fix` rewrite) one file."""
+def scan_file(path: Path, kind: FileKind, original: bytes, translate: Translate, fix: bool
+              ) -> FileResult:
+    """Scan (and with `fix` rewrite) one file whose bytes were read as `original`."""
     label = str(path)
-    original = path.read_bytes()
     text = original.decode("utf-8")
     try:
         results = scan_text(label, kind, text, translate)
@@ -70,7 +70,10 @@ def scan_file(path: Path, kind: FileKind, translate: Translate, fix: bool) -> Fi
     if sum(f.status == "fixable" for f in left) > not_applied:
         log.warning("%s: the rewrite did not remove what it fixed; file left as it was", label)
         return FileResult(label, findings, error=f"{label}: could not fix safely, left unchanged")
-    backup = write_with_backup(path, original, new_text)
+    try:
+        backup = write_with_backup(path.resolve(), original, new_text)
+    except OSError as err:
+        return FileResult(label, findings, error=f"{label}: cannot write the fix ({err})")
     return FileResult(label, findings, tuple(done), str(backup))
 
 
@@ -83,16 +86,16 @@ def scan_paths(paths: Sequence[Path], translate: Translate, *, fix: bool = False
     for root in paths:
         explicit = root.is_file()
         for path in iter_files(root):
-            text, head = read_text(path)
+            text, data = read_text(path)
             if text is None:
                 if explicit:
                     errors.append(f"{path}: not a UTF-8 text file")
                 continue
-            kind = kind_of(path, head) or ("shell" if explicit else None)
+            kind = kind_of(path, data[:512]) or ("shell" if explicit else None)
             if kind is None:
                 continue
             scanned += 1
-            result = scan_file(path, kind, translate, fix)
+            result = scan_file(path, kind, data, translate, fix)
             if result.error:
                 (errors if explicit or result.findings else warnings).append(result.error)
             if result.findings or result.error:

@@ -50,3 +50,14 @@ def test_broken_yaml_in_a_walk_is_a_warning_named_file_an_error(tmp_path: Path, 
     assert not walked.errors and walked.warnings
     named = scan_paths([bad], translate)
     assert named.errors and "not valid YAML" in named.errors[0]
+
+
+def test_fix_writes_through_a_symlink(tmp_path: Path, translate) -> None:
+    real = tmp_path / "real.sh"
+    real.write_text("vllm serve m --quantization nvfp4\n")
+    link = tmp_path / "serve.sh"
+    link.symlink_to(real)
+    report = scan_paths([link], translate, fix=True)
+    assert report.fixed and link.is_symlink()
+    assert real.read_text() == "vllm serve m\n"
+    assert (tmp_path / "real.sh.bak").read_text() == "vllm serve m --quantization nvfp4\n"
