@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-FileKind = Literal["shell", "dockerfile", "yaml", "env"]
+# "template": YAML-like text that does not parse (read by text, never rewritten).
+FileKind = Literal["shell", "dockerfile", "yaml", "env", "template"]
 
 SKIP_DIRS = frozenset({".git", "node_modules", ".hg", ".svn", "__pycache__", ".venv",
                        ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox"})

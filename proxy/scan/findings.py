@@ -19,6 +19,7 @@ from proxy.scan.files import FileKind
 from proxy.scan.model import Edit, Occurrence, SettingKind, file_host, line_and_column
 from proxy.scan.rewrite import Plan, file_offset
 from proxy.scan.shell import find_in_shell
+from proxy.scan.template import find_in_template
 from proxy.scan.yaml_finder import find_in_yaml
 
 Status = Literal["fixable", "manual"]
@@ -89,6 +90,8 @@ def find_settings(kind: FileKind, text: str) -> list[Occurrence]:
         return find_in_dockerfile(text)
     if kind == "env":
         return find_in_env_file(text)
+    if kind == "template":
+        return find_in_template(text)
     return find_in_shell(text, file_host(text))
 
 
@@ -153,4 +156,4 @@ def scan_text(label: str, kind: FileKind, text: str, translate: Translate
         finding = Finding(label, line, column, occ.kind, occ.name, occ.value, repl.describe(),
                           repl.reason, "fixable" if edits is not None else "manual", note)
         out.append((finding, Plan(occ, tuple(edits)) if edits is not None else None))
-    return out
+    return sorted(out, key=lambda pair: (pair[0].line, pair[0].column))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -56,7 +56,10 @@ def scan_file(path: Path, kind: FileKind, original: bytes, translate: Translate,
     try:
         results = scan_text(label, kind, text, translate)
     except yaml.YAMLError as err:
-        return FileResult(label, (), error=f"{label}: not valid YAML ({err.problem or err})")
+        why = f"not valid YAML ({getattr(err, 'problem', None) or err}): edit by hand"
+        found = tuple(replace(f, status="manual", note=why)
+                      for f, _ in scan_text(label, "template", text, translate))
+        return FileResult(label, found, error=None if found else f"{label}: {why}")
     findings = tuple(f for f, _ in results)
     plans = [p for _, p in results if p is not None]
     if not fix or not plans:

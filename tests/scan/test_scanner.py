@@ -45,11 +45,14 @@ def test_fix_round_trip(tmp_path: Path, translate) -> None:
 
 def test_broken_yaml_in_a_walk_is_a_warning_named_file_an_error(tmp_path: Path, translate) -> None:
     bad = tmp_path / "chart.yaml"
-    bad.write_text("args: [--fp4-gemm-backend\n")
+    bad.write_text("args: [--port\n")
     walked = scan_paths([tmp_path], translate)
     assert not walked.errors and walked.warnings
     named = scan_paths([bad], translate)
     assert named.errors and "not valid YAML" in named.errors[0]
+    bad.write_text("args: [--fp4-gemm-backend, cutlass\n")
+    [finding] = scan_paths([bad], translate).findings
+    assert finding.status == "manual" and finding.value == "cutlass"
 
 
 def test_fix_writes_through_a_symlink(tmp_path: Path, translate) -> None:
