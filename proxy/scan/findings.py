@@ -8,6 +8,7 @@ decides whether that replacement can be written where the setting sits.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -42,7 +43,7 @@ class Replacement:
     def describe(self) -> str:
         if self.error is not None:
             return "?"
-        parts = [" ".join(self.flags)] if self.flags else []
+        parts = [shlex.join(self.flags)] if self.flags else []
         parts += [f"{name}={value}" for name, value in self.env]
         return " + ".join(parts) if parts else "remove it"
 

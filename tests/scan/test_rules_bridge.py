@@ -22,7 +22,7 @@ def _findings(kind: str, text: str, target: str, cc: tuple[int, int] | None = (1
 
 def test_guide_flag_becomes_kernel_config_on_sm100() -> None:
     [(finding, plan)] = _findings("shell", "vllm serve m --fp4-gemm-backend cutlass\n", "0.33")
-    assert finding.fix == f"--kernel-config {CUTEDSL}"
+    assert finding.fix == f"--kernel-config '{CUTEDSL}'"
     assert finding.status == "fixable" and plan is not None
 
 
@@ -78,7 +78,7 @@ def test_fix_round_trip_every_version(tmp_path: Path, target: str,
 def test_preserve_policy_keeps_cutlass() -> None:
     translate = make_translate("0.33", "preserve", (10, 0))
     [(finding, _)] = scan_text("f", "shell", "vllm serve m --fp4-gemm-backend cutlass\n", translate)
-    assert finding.fix == '--kernel-config {"linear_backend_per_quant": {"nvfp4_w4a4": "cutlass"}}'
+    assert finding.fix == """--kernel-config '{"linear_backend_per_quant": {"nvfp4_w4a4": "cutlass"}}'"""
 
 
 def test_fixed_dockerfile_exec_forms_stay_json(tmp_path: Path) -> None:
