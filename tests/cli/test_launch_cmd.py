@@ -65,10 +65,11 @@ def test_dry_run_report(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     assert report["env"] == {"VLLM_LOGGING_LEVEL": "INFO"}
     assert {c["old"] for c in report["changes"]} >= {
         "--fp4-gemm-backend cutlass", "--quantization nvfp4", "VLLM_NVFP4_GEMM_BACKEND=cutlass"}
-    assert "preflight" in report
+    assert report["preflight"]["ok"] is True  # informational on a host without CUDA
 
 
 def test_exec_runs_translated_command(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
+    # With the preflight on: a host without CUDA must not stop the launch.
     env = {**fake_vllm, "FAKE_VLLM_VERSION": "0.15.0"}
     proc = _launch(["--policy", "preserve", "--compute-capability", "9.0", "--no-validate",
                     "--", "vllm", "serve", *GUIDE], env)
@@ -91,7 +92,7 @@ def test_config_file_copy(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     user = tmp_path / "serve.yaml"
     user.write_text("port: 8000\nfp4-gemm-backend: cutlass\n")
     out_dir = tmp_path / "out"
-    proc = _launch(["--dry-run", "--no-validate", "--compute-capability", "12.0",
+    proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--compute-capability", "12.0",
                     "--vllm-version", "0.32.0", "--config-out", str(out_dir), "--",
                     "vllm", "serve", "m", "--config", str(user)], fake_vllm)
     assert proc.returncode == 0, proc.stderr
@@ -169,6 +170,16 @@ def test_translated_args_pass_the_real_parser(tmp_path: Path, vllm_python: str) 
         data = json.loads(report.read_text())
         assert data["vllm_version"] == "0.32.0"
         translated.append(data["argv"][3:])
+    config = tmp_path / "serve.yaml"
+    config.write_text("fp4-gemm-backend: cutlass\nmax-model-len: 512\n")
+    report = tmp_path / "config.json"
+    proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--compute-capability",
+                    "10.0", "--config-out", str(tmp_path / "out"), "--report-json", str(report),
+                    "--", vllm_python, "-m", "vllm.entrypoints.openai.api_server",
+                    "--model", "/models/tiny", "--config", str(config)],
+                   {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    translated.append(json.loads(report.read_text())["argv"][3:])
     proc = subprocess.run([vllm_python, "-c", PARSE, json.dumps([old, *translated])],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -179,3 +190,11 @@ def test_translated_args_pass_the_real_parser(tmp_path: Path, vllm_python: str) 
     assert "'nvfp4_w4a4': 'marlin'" in results[3]["kernel_config"]
     assert "'nvfp4_w4a4': 'cutlass'" in results[4]["kernel_config"]
     assert results[1]["moe_backend"] == "flashinfer_cutlass"
+    assert "'nvfp4_w4a4': 'flashinfer_cutedsl'" in results[5]["kernel_config"]  # from the YAML
+
+
+def test_missing_program_is_a_clear_error(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
+    env = {**fake_vllm, "PATH": str(tmp_path / "empty")}
+    proc = _launch(["--no-validate", "--no-preflight", "--vllm-version", "0.32.0", "--",
+                    "vllm", "serve", "m"], env)
+    assert proc.returncode == 127 and "cannot run 'vllm'" in proc.stderr
