@@ -1,16 +1,94 @@
-"""`vllm-cutover scan` (not built yet)."""
+"""`vllm-cutover scan PATH... [--target-version V] [--fix] [--json]`.
+
+Finds deprecated vLLM FP4 flags, env vars and config keys in deployment files and
+prints the fix for the target version. Exit codes: 0 nothing found (or everything
+fixed with --fix), 1 findings remain, 2 bad input (missing path, bad option value).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
+
+DEFAULT_TARGET = "0.33"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("scan", help="(not built yet)")
+    parser = subparsers.add_parser(
+        "scan",
+        help="find deprecated FP4 flags/env vars/config keys in deployment files",
+        description=(
+            "Scan shell scripts, Dockerfiles, compose and Kubernetes YAML, env files and "
+            "vLLM config YAML for FP4 settings that the target vLLM version no longer "
+            "accepts, and print the fix. Exit 1 when anything is found."
+        ),
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
+    parser.add_argument("--target-version", default=DEFAULT_TARGET, metavar="V",
+                        help="vLLM version to upgrade to (default: %(default)s)")
+    parser.add_argument("--policy", choices=("migrate", "preserve"), default="migrate",
+                        help="migrate: follow the upgrade guide; preserve: nearest "
+                             "equivalent of the old setting (default: %(default)s)")
+    parser.add_argument("--compute-capability", metavar="MAJOR.MINOR", default=None,
+                        help="GPU compute capability of the target, e.g. 10.0 (default: "
+                             "unknown)")
+    parser.add_argument("--fix", action="store_true",
+                        help="rewrite files in place, keeping FILE.bak backups")
+    parser.add_argument("--json", action="store_true", help="print findings as JSON")
     parser.set_defaults(func=_run)
 
 
+def parse_compute_capability(text: str | None) -> tuple[int, int] | None:
+    """"10.0" -> (10, 0); raises ValueError quoting the bad value."""
+    if text is None:
+        return None
+    major, dot, minor = text.strip().partition(".")
+    if not major.isdigit() or (dot and not minor.isdigit()):
+        raise ValueError(f"--compute-capability: expected MAJOR.MINOR like 10.0, got {text!r}")
+    return int(major), int(minor or 0)
+
+
 def _run(args: argparse.Namespace) -> int:
-    print("vllm-cutover scan: not built yet", file=sys.stderr)
-    return 2
+    from proxy.scan.rules_bridge import make_translate
+    from proxy.scan.scanner import scan_paths
+
+    paths = [Path(p) for p in args.paths]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        print(f"vllm-cutover scan: no such file or directory: {', '.join(missing)}",
+              file=sys.stderr)
+        return 2
+    try:
+        capability = parse_compute_capability(args.compute_capability)
+        translate = make_translate(args.target_version, args.policy, capability)
+    except ValueError as err:
+        print(f"vllm-cutover scan: {err}", file=sys.stderr)
+        return 2
+    report = scan_paths(paths, translate, fix=args.fix)
+    fixed = set(map(id, report.fixed))
+    remaining = [f for f in report.findings if id(f) not in fixed]
+    if args.json:
+        rows = [dict(f.to_json(), status="fixed" if id(f) in fixed else f.status)
+                for f in report.findings]
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for finding in report.findings:
+            mark = " [fixed]" if id(finding) in fixed else ""
+            print(finding.human() + mark)
+    for error in report.errors:
+        print(f"vllm-cutover scan: {error}", file=sys.stderr)
+    for warning in report.warnings:
+        print(f"vllm-cutover scan: skipped {warning}", file=sys.stderr)
+    manual = sum(f.status == "manual" for f in report.findings)
+    summary = (f"{len(report.findings)} finding(s) in {len(report.files)} of {report.scanned} "
+               f"file(s) for vLLM {args.target_version}; {manual} need a manual edit")
+    if args.fix:
+        backups = [r.backup for r in report.files if r.backup]
+        summary += f"; fixed {len(fixed)} (backups: {', '.join(backups) or 'none'})"
+    print(summary, file=sys.stderr)
+    if remaining:
+        return 1
+    return 2 if report.errors else 0

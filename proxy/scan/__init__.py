@@ -1,0 +1,1 @@
+"""`vllm-cutover scan`: find (and fix) deprecated vLLM FP4 settings in deployment files."""

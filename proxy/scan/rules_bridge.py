@@ -1,0 +1,87 @@
+"""The one versioned rule table (the launcher's) seen from the scanner.
+
+The scanner has no rules of its own. The settings of one group (a command with its
+environment: a compose service, a Kubernetes container, a Dockerfile's image, a shell
+command with its env prefix) go through `proxy.launcher.translate.translate` together,
+exactly as the launcher would see them, and each action on a setting becomes the
+`Replacement` of the occurrence it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.scan.findings import Replacement, Translate
+from proxy.scan.model import Occurrence
+
+
+def _tokens(setting: Any) -> list[str]:
+    """A replacing setting as command-line tokens (config keys are flags without `--`)."""
+    name = setting.name if setting.kind == "flag" else "--" + setting.name
+    return [name] + ([] if setting.value is None else [setting.value])
+
+
+def replacement_of(action: Any, changes: Sequence[Any]) -> Replacement:
+    """One launcher Action (+ the changes that explain it) as a scanner Replacement."""
+    from proxy.launcher.translate import render
+
+    old = render(action.source)
+    mine = [c for c in changes if c.old == old]
+    reasons = [c.reason for c in mine if c.kind != "warning"]
+    warnings = [f"warning: {c.reason}" for c in mine if c.kind == "warning"]
+    flags = [t for s in action.replacement if s.kind != "env" for t in _tokens(s)]
+    env = [(s.name, s.value or "") for s in action.replacement if s.kind == "env"]
+    reason = "; ".join(dict.fromkeys(reasons + warnings)) or "deprecated for this version"
+    return Replacement(tuple(flags), tuple(env), reason, scope=_scope(action.source))
+
+
+def _scope(setting: Any) -> str:
+    """Which kernel choice a setting belongs to, read from the launcher's table."""
+    from proxy.launcher.rules import SOURCES
+
+    name = setting.name if setting.kind != "config" else "--" + setting.name
+    if setting.kind != "env":
+        name = "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+    for source in SOURCES:
+        if (source.kind == "env") == (setting.kind == "env") and \
+                name in (source.name, *source.aliases):
+            return source.scope
+    return ""
+
+
+def make_translate(target: str, policy: str,
+                   compute_capability: tuple[int, int] | None) -> Translate:
+    """A Translate bound to one target; ValueError (quoting it) for a bad target version."""
+    from proxy.launcher import translate as engine
+    from proxy.launcher.versions import check_supported, parse_version
+
+    version = check_supported(parse_version(target))
+
+    def run(settings: list[Any]) -> Any:
+        return engine.translate(settings, target=version, policy=policy,  # type: ignore[arg-type]
+                                compute_capability=compute_capability)
+
+    def translate(occs: Sequence[Occurrence]) -> list[Replacement | None]:
+        out: list[Replacement | None] = [None] * len(occs)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for index, occ in enumerate(occs):
+            groups.setdefault(occ.group, []).append(index)
+        for indexes in groups.values():
+            settings = [engine.Setting(occs[i].kind, occs[i].name, occs[i].value) for i in indexes]
+            try:
+                results = [(indexes, settings, run(settings))]
+            except engine.TranslationError:
+                results = []
+                for i, setting in zip(indexes, settings):
+                    try:
+                        results.append(([i], [setting], run([setting])))
+                    except engine.TranslationError as err:
+                        out[i] = Replacement((), (), str(err), error=str(err))
+            for ids, group, translation in results:
+                for action in translation.actions:
+                    at = next(k for k, s in enumerate(group) if s is action.source)
+                    out[ids[at]] = replacement_of(action, translation.changes)
+        return out
+
+    return translate

@@ -1,0 +1,95 @@
+"""The scanner against the launcher's real rule table, across target versions."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from proxy.scan.findings import scan_text
+from proxy.scan.rules_bridge import make_translate
+from proxy.scan.scanner import scan_paths
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CUTEDSL = '{"linear_backend_per_quant": {"nvfp4_w4a4": "flashinfer_cutedsl"}}'
+
+
+def _findings(kind: str, text: str, target: str, cc: tuple[int, int] | None = (10, 0)):  # type: ignore[no-untyped-def]
+    return scan_text("f", kind, text, make_translate(target, "migrate", cc))
+
+
+def test_guide_flag_becomes_kernel_config_on_sm100() -> None:
+    [(finding, plan)] = _findings("shell", "vllm serve m --fp4-gemm-backend cutlass\n", "0.33")
+    assert finding.fix == f"--kernel-config '{CUTEDSL}'"
+    assert finding.status == "fixable" and plan is not None
+
+
+def test_env_var_mapping_to_a_flag_is_manual_not_guessed() -> None:
+    text = "services:\n  a:\n    environment:\n      VLLM_NVFP4_GEMM_BACKEND: cutlass\n"
+    [(finding, plan)] = _findings("yaml", text, "0.32", None)
+    assert finding.status == "manual" and plan is None
+    assert finding.fix.startswith("--kernel-config")
+    assert "vLLM flag" in finding.note
+
+
+def test_old_env_var_renamed_in_place_for_021() -> None:
+    text = "env:\n  - name: VLLM_USE_TRTLLM_FP4_GEMM\n    value: \"1\"\n"
+    [(finding, plan)] = _findings("yaml", text, "0.21")
+    assert finding.fix == "VLLM_NVFP4_GEMM_BACKEND=flashinfer-cutlass"
+    assert plan is not None
+
+
+def test_setting_still_valid_for_target_is_not_reported() -> None:
+    assert _findings("env", "VLLM_NVFP4_GEMM_BACKEND=cutlass\n", "0.15") == []
+
+
+def test_unknown_value_is_reported_with_the_value_quoted() -> None:
+    [(finding, plan)] = _findings("shell", "vllm serve m --fp4-gemm-backend turbo\n", "0.33")
+    assert plan is None and finding.status == "manual" and "'turbo'" in finding.note
+
+
+def test_bad_target_version_quoted() -> None:
+    with pytest.raises(ValueError, match="0.9"):
+        make_translate("0.9", "migrate", None)
+    with pytest.raises(ValueError, match="banana"):
+        make_translate("banana", "migrate", None)
+
+
+@pytest.mark.parametrize("target", ["0.11.0", "0.15", "0.21", "0.22", "0.28", "0.30", "0.33"])
+@pytest.mark.parametrize("cc", [None, (10, 0), (12, 0), (9, 0)])
+def test_fix_round_trip_every_version(tmp_path: Path, target: str,
+                                      cc: tuple[int, int] | None) -> None:
+    root = tmp_path / "deploy"
+    shutil.copytree(FIXTURES, root)
+    translate = make_translate(target, "migrate", cc)
+    report = scan_paths([root], translate, fix=True)
+    assert not report.errors
+    for result in report.files:
+        if result.backup:
+            assert Path(result.backup).read_bytes() == (FIXTURES / Path(result.path).name).read_bytes()
+    again = scan_paths([root], translate)
+    assert not [f for f in again.findings if f.status == "fixable"]
+    for path in root.glob("*.y*ml"):
+        list(yaml.safe_load_all(path.read_text()))
+
+
+def test_preserve_policy_keeps_cutlass() -> None:
+    translate = make_translate("0.33", "preserve", (10, 0))
+    [(finding, _)] = scan_text("f", "shell", "vllm serve m --fp4-gemm-backend cutlass\n", translate)
+    assert finding.fix == """--kernel-config '{"linear_backend_per_quant": {"nvfp4_w4a4": "cutlass"}}'"""
+
+
+def test_fixed_dockerfile_exec_forms_stay_json(tmp_path: Path) -> None:
+    import json
+
+    dockerfile = tmp_path / "Dockerfile"
+    shutil.copy(FIXTURES / "Dockerfile", dockerfile)
+    report = scan_paths([dockerfile], make_translate("0.30", "migrate", (12, 0)), fix=True)
+    assert report.fixed
+    text = dockerfile.read_text()
+    entrypoint = next(line for line in text.splitlines() if line.startswith("ENTRYPOINT"))
+    assert json.loads(entrypoint.removeprefix("ENTRYPOINT ")) == [
+        "vllm", "serve", "nvidia/Llama-3.1-8B-Instruct-FP4", "--kernel-config",
+        '{"linear_backend_per_quant": {"nvfp4_w4a4": "flashinfer_cutlass"}}']
