@@ -15,8 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _TOPICS = (
-    "the upgrade plan", "kernel selection", "a quick brown fox", "the river and the cloud",
-    "token latency", "a shadow server", "café prices in 東京", "streaming answers",
+    "the upgrade plan",
+    "kernel selection",
+    "a quick brown fox",
+    "the river and the cloud",
+    "token latency",
+    "a shadow server",
+    "café prices in 東京",
+    "streaming answers",
 )
 
 

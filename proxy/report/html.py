@@ -108,8 +108,14 @@ def render_html(report: Report, title: str = "vllm-cutover report") -> str:
     pair_head = "".join(
         f"<th>{h}</th>"
         for h in (
-            "comparison", "compared", "diverged", "within top-k", "match rate", "95% CI",
-            "not comparable / errors", "sampled",
+            "comparison",
+            "compared",
+            "diverged",
+            "within top-k",
+            "match rate",
+            "95% CI",
+            "not comparable / errors",
+            "sampled",
         )
     )
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())

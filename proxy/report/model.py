@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from proxy.compare.gate import GateCriteria, GateInputs, Verdict, evaluate
 from proxy.compare.stats import (
     METRICS,
     LatencySamples,
@@ -87,15 +88,6 @@ class RoleSummary:
 
 
 @dataclass(frozen=True)
-class Gate:
-    """The verdict and its reasons, as the gate computed them."""
-
-    verdict: str
-    reasons: tuple[str, ...]
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Report:
     """Everything the terminal, JSON and HTML renderings show."""
 
@@ -106,7 +98,7 @@ class Report:
     latency: tuple[LatencyRow, ...]
     roles: dict[str, RoleSummary]
     samples_by_role: dict[str, LatencySamples]
-    gate: Gate
+    gate: Verdict
 
 
 def _mean(values: Sequence[int]) -> float | None:
@@ -194,8 +186,9 @@ def _latency_rows(old: LatencySamples, new: LatencySamples) -> tuple[LatencyRow,
     return tuple(rows)
 
 
-def build_report(records: Iterable[ExchangeRecord], gate: Gate) -> Report:
-    """Fold records into a `Report`; the verdict comes from the gate, not from here."""
+def build_report(records: Iterable[ExchangeRecord], criteria: GateCriteria | None = None) -> Report:
+    """Fold records into a `Report`; the verdict is the gate's (`proxy.compare.gate`)."""
+    records = list(records)
     by_role: dict[str, list[Capture]] = {"primary": [], "shadow": [], "baseline": []}
     pairs: dict[str, list[tuple[ExchangeRecord, Comparison]]] = {"shadow": [], "baseline": []}
     samples = deterministic = 0
@@ -215,7 +208,7 @@ def build_report(records: Iterable[ExchangeRecord], gate: Gate) -> Report:
         latency=_latency_rows(latency["primary"], latency["shadow"]),
         roles={role: _role(role, caps) for role, caps in by_role.items() if caps},
         samples_by_role=latency,
-        gate=gate,
+        gate=evaluate(GateInputs.from_records(records), criteria),
     )
 
 

@@ -35,10 +35,12 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
     first = math.floor(low / step) * step
-    ticks = []
+    ticks: list[float] = []
     value = first
-    while value <= high + step * 1e-9 and len(ticks) < 50:
+    while len(ticks) < 50:
         ticks.append(round(value, 12))
+        if value >= high - step * 1e-9:
+            break
         value += step
     return ticks
 
@@ -60,12 +62,16 @@ def _frame(
 ) -> list[str]:
     x_ticks, y_ticks = ticks
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
-        f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{escape(title)}">',
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+            f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{escape(title)}">'
+        ),
         f'<text x="{WIDTH / 2}" y="18" text-anchor="middle" class="title">{escape(title)}</text>',
         f'<text x="{WIDTH / 2}" y="{HEIGHT - 6}" text-anchor="middle">{escape(x_label)}</text>',
-        f'<text x="14" y="{HEIGHT / 2}" text-anchor="middle" '
-        f'transform="rotate(-90 14 {HEIGHT / 2})">{escape(y_label)}</text>',
+        (
+            f'<text x="14" y="{HEIGHT / 2}" text-anchor="middle" '
+            f'transform="rotate(-90 14 {HEIGHT / 2})">{escape(y_label)}</text>'
+        ),
     ]
     for t in x_ticks:
         x = sx(t)

@@ -36,8 +36,7 @@ def pair_line(pair: PairSummary) -> str:
     if pair.first_divergence:
         first = sorted(pair.first_divergence)
         line += (
-            f"; first divergence at token min {first[0]}, median {median(first):g},"
-            f" max {first[-1]}"
+            f"; first divergence at token min {first[0]}, median {median(first):g}, max {first[-1]}"
         )
     return line
 
@@ -66,8 +65,10 @@ def latency_table(rows: tuple[LatencyRow, ...]) -> list[str]:
 def render_text(report: Report) -> str:
     gate = report.gate
     lines = [
-        f"vllm-cutover report: {report.samples} mirrored requests "
-        f"({report.deterministic} deterministic, {report.samples - report.deterministic} sampled)",
+        (
+            f"vllm-cutover report: {report.samples} mirrored requests "
+            f"({report.deterministic} deterministic, {report.samples - report.deterministic} sampled)"
+        ),
         "",
         f"VERDICT: {gate.verdict.upper()}",
     ]
