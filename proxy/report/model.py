@@ -114,15 +114,15 @@ def _pair(against: str, pairs: Sequence[tuple[ExchangeRecord, Comparison]]) -> P
         if comp.outcome == "error":
             errors += 1
             continue
-        if comp.outcome == "not_comparable":
-            not_comparable += 1
-            continue
         if comp.length_delta is not None:
             deltas.append(comp.length_delta)
         if comp.finish_reason_match is False:
             finish_mismatch += 1
         if not record.meta.deterministic:
-            sampled += 1
+            sampled += 1  # the diff marks these not_comparable: distributions only
+            continue
+        if comp.outcome == "not_comparable":
+            not_comparable += 1
             continue
         compared += 1
         if comp.edit_distance is not None:

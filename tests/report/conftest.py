@@ -76,10 +76,11 @@ def make_records(
             comps = [comparison("shadow", None, "error")]
         else:
             caps.append(capture("shadow", rng.uniform(0.018, 0.022) * new_slowdown))
-            comps = [comparison("shadow", diverged_at)]
+            outcome = None if deterministic else "not_comparable"
+            comps = [comparison("shadow", diverged_at if deterministic else None, outcome)]
         if baseline:
             caps.append(capture("baseline", rng.uniform(0.018, 0.022)))
-            comps.append(comparison("baseline", None))
+            comps.append(comparison("baseline", None, None if deterministic else "not_comparable"))
         records.append(ExchangeRecord(f"r{i}", 1000.0 + i, meta, tuple(caps), tuple(comps)))
     return records
 
