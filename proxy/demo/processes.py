@@ -70,9 +70,13 @@ def _failure(name: str, process: subprocess.Popen[str]) -> DemoError:
     return DemoError(f"{name} did not start (exit {process.returncode}): {err.strip()}")
 
 
-def start_sim(name: str, knobs: Sequence[str], timeout_s: float = 20.0) -> Child:
-    """`vllm-cutover sim --port 0 KNOBS`; waits for its ready line."""
-    process = _spawn(["sim", "--host", LOOPBACK, "--port", "0", *knobs], capture_stdout=True)
+def spawn_sim(knobs: Sequence[str]) -> subprocess.Popen[str]:
+    """`vllm-cutover sim --port 0 KNOBS`; pair with `sim_ready` (start several, then wait)."""
+    return _spawn(["sim", "--host", LOOPBACK, "--port", "0", *knobs], capture_stdout=True)
+
+
+def sim_ready(name: str, process: subprocess.Popen[str], timeout_s: float = 20.0) -> Child:
+    """Wait for the simulator's ready line and read its URL from it."""
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], timeout_s)
     match = _SIM_READY.search(process.stdout.readline()) if ready else None
