@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "prompts; healthy: same speed, noise-level divergence (default: %(default)s)",
     )
     parser.add_argument("--requests", type=int, default=180, help="client requests to send")
-    parser.add_argument("--concurrency", type=int, default=12, help="requests in flight")
+    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
     parser.add_argument(
         "--out-dir",
         metavar="DIR",

@@ -39,7 +39,7 @@ class DemoRequest:
 
 
 def demo_requests(count: int, model: str, seed: int = 0) -> list[DemoRequest]:
-    """`count` requests; about 2/3 deterministic, half streamed, half chat."""
+    """`count` requests: 2/3 deterministic (half of those with logprobs), half streamed, half chat."""
     rng = random.Random(seed)
     out = []
     for i in range(count):
@@ -52,11 +52,15 @@ def demo_requests(count: int, model: str, seed: int = 0) -> list[DemoRequest]:
             body.update(temperature=0.7, seed=rng.randrange(1 << 30))
         else:
             body["temperature"] = 0.8
+        chat = bool((i // 2) % 2)
+        if kind != 2 and i % 4 < 2:
+            # Logprobs let the proxy apply vLLM's closeness rule to divergences.
+            body.update({"logprobs": True, "top_logprobs": 5} if chat else {"logprobs": 5})
         if i % 2:
             body["stream"] = True
             if i % 4 == 1:
                 body["stream_options"] = {"include_usage": True}
-        if (i // 2) % 2:
+        if chat:
             body["messages"] = [{"role": "user", "content": prompt}]
             out.append(DemoRequest("/v1/chat/completions", body))
         else:
