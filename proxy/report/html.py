@@ -86,7 +86,9 @@ def _latency_series(report: Report, metric: str) -> list[Series]:
         samples = report.samples_by_role.get(role)
         if samples is not None:
             values = [v * 1000 for v in samples.metric(metric)]
-            label = f"{ROLE_LABELS[role]} ({role})"
+            label = {"primary": "old (primary)", "shadow": "new (shadow)"}.get(
+                role, "baseline (old copy)"
+            )
             out.append(Series(label, values, COLORS[role], dashed=role == "baseline"))
     return out
 

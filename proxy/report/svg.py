@@ -94,16 +94,26 @@ def _frame(
     return parts
 
 
-def _legend(series: Sequence[Series]) -> list[str]:
-    parts = []
-    for i, s in enumerate(series):
-        y = TOP + 12 + 16 * i
-        x = WIDTH - RIGHT - 130
+def _legend(series: Sequence[Series], bottom: bool) -> list[str]:
+    """A boxed legend in the plot's top- or bottom-right corner."""
+    labels = [f"{s.label} (n={len(s.values)})" for s in series]
+    width = 34 + 6.2 * max(len(label) for label in labels)
+    height = 8 + 16 * len(series)
+    x = WIDTH - RIGHT - width - 6
+    y = HEIGHT - BOTTOM - height - 6 if bottom else TOP + 6
+    parts = [
+        (
+            f'<rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="{height}" fill="#fff" '
+            'fill-opacity="0.9" stroke="#ccc"/>'
+        )
+    ]
+    for i, (s, label) in enumerate(zip(series, labels)):
+        line_y = y + 12 + 16 * i
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
         parts.append(
-            f'<line x1="{x}" y1="{y - 4}" x2="{x + 18}" y2="{y - 4}" stroke="{s.color}" '
-            f'stroke-width="2.5"{dash}/>'
-            f'<text x="{x + 24}" y="{y}">{escape(s.label)} (n={len(s.values)})</text>'
+            f'<line x1="{x + 6:.1f}" y1="{line_y - 4}" x2="{x + 24:.1f}" y2="{line_y - 4}" '
+            f'stroke="{s.color}" stroke-width="2.5"{dash}/>'
+            f'<text x="{x + 30:.1f}" y="{line_y}">{escape(label)}</text>'
         )
     return parts
 
@@ -150,7 +160,7 @@ def cdf_chart(title: str, x_label: str, series: Sequence[Series]) -> str:
             f'<polyline fill="none" stroke="{s.color}" stroke-width="2"{dash} '
             f'points="{" ".join(points)}"/>'
         )
-    parts += _legend(drawn)
+    parts += _legend(drawn, bottom=True)
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -192,6 +202,6 @@ def histogram_chart(title: str, x_label: str, series: Sequence[Series], bins: in
                     f'height="{sy(0) - y:.1f}" fill="{s.color}"><title>{escape(s.label)}: '
                     f"{count} at {b * width}..{(b + 1) * width - 1}</title></rect>"
                 )
-    parts += _legend(drawn)
+    parts += _legend(drawn, bottom=False)
     parts.append("</svg>")
     return "\n".join(parts)
