@@ -11,7 +11,9 @@ few references kept; logprobs are flattened once, in `finish`.
 from __future__ import annotations
 
 import json
+import json.scanner
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from proxy.compare.sse import DONE, SSEDecoder
@@ -19,6 +21,10 @@ from proxy.compare.types import Capture, Role
 
 logger = logging.getLogger(__name__)
 
+# The C scanner behind json.loads, minus its two whitespace regex passes per call.
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]
+)
 _loads = json.loads
 _CHAT_OUTPUT_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls")
 
@@ -28,6 +34,8 @@ class CaptureBuilder:
 
     __slots__ = (
         "_body",
+        "_char_ends",
+        "_chars",
         "_decoder",
         "_done",
         "_error",
@@ -55,6 +63,8 @@ class CaptureBuilder:
         self._body: list[bytes] = []
         self._pieces: list[str] = []
         self._token_ids: list[int] = []
+        self._char_ends: list[int] = []
+        self._chars = 0
         self._logprobs: list[Any] = []
         self._finish_reason: str | None = None
         self._usage_tokens: int | None = None
@@ -125,6 +135,7 @@ class CaptureBuilder:
             token_ids=ids,
             top_logprobs=top,
             sampled_tokens=sampled,
+            token_char_ends=tuple(self._char_ends) if ids is not None and self._decoder else None,
             error=err,
             cancelled=cancelled,
         )
@@ -136,8 +147,13 @@ class CaptureBuilder:
             self._done = True
             return
         try:
-            obj = _loads(data)
-        except ValueError:
+            if data[:1] == "{":
+                obj, end = _scan_json(data, 0)
+                if end != len(data) and data[end:].strip():
+                    raise ValueError("trailing data")
+            else:
+                obj = _loads(data)
+        except (ValueError, StopIteration):
             self._error = "invalid_sse"
             return
         if type(obj) is not dict:
@@ -183,8 +199,10 @@ class CaptureBuilder:
                     continue
                 if piece:
                     self._pieces.append(piece)
+                    self._chars += len(piece)
                 if ids:
                     self._token_ids.extend(ids)
+                    self._char_ends.extend([self._chars] * len(ids))
                 logprobs = choice.get("logprobs")
                 if logprobs:
                     self._logprobs.append(logprobs)

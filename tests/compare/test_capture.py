@@ -30,6 +30,7 @@ def test_chat_stream_timing_excludes_role_finish_and_usage_chunks(
     assert cap.e2e_s == pytest.approx(stamps[-1] + 0.01 - 10.0)
     assert cap.text == "Héllo 日本語 🙂!"
     assert cap.token_ids == (100, 101, 102, 103, 104, 105)
+    assert cap.token_char_ends == (2, 5, 8, 10, 11, 12)
     assert cap.output_tokens == 6
     assert cap.finish_reason == "stop"
     assert cap.error is None and cap.status == 200 and cap.role == "shadow"
@@ -82,7 +83,8 @@ def test_mid_stream_error_event_ends_capture_with_error(chat_stream: Callable[..
     assert cap.text == "a" and cap.token_ids == (1,)
 
 
-@pytest.mark.parametrize("payload", [b"data: {not json\n\n", b"data: [1, 2]\n\n",
+@pytest.mark.parametrize("payload", [b"data: {not json\n\n", b"data: [1, 2]\n\n", b"data: {} x\n\n",
+                                     b"data: \n\n", b'data: {"a": 1\n\n',
                                      b'data: {"choices": 5}\n\n', b'data: {"choices": [3]}\n\n'])
 def test_invalid_sse_or_json_becomes_error_without_raising(payload: bytes) -> None:
     builder = CaptureBuilder("shadow", "new", 0.0)
@@ -122,6 +124,7 @@ def test_non_stream_chat_body() -> None:
     assert cap.ttft_s == pytest.approx(0.5) and cap.e2e_s == pytest.approx(0.5)
     assert (cap.text, cap.token_ids, cap.output_tokens) == ("hi 👋", (4, 5, 6), 3)
     assert cap.sampled_tokens == ("hi",) and cap.top_logprobs == ({},)
+    assert cap.token_char_ends is None  # one body: no per-token arrival offsets
     assert cap.itl_s == ()
 
 
@@ -148,3 +151,11 @@ def test_http_errors_transport_errors_and_cancel() -> None:
     builder = CaptureBuilder("shadow", "new", 0.0)
     builder.on_body(b"<html>oops", 0.1)
     assert builder.finish(200, 0.2).error == "invalid_json"
+
+
+def test_json_with_surrounding_whitespace_is_accepted() -> None:
+    builder = CaptureBuilder("shadow", "new", 0.0)
+    builder.on_chunk(b'data:   {"choices": [{"index": 0, "text": "a"}]}  \n\n', 0.5)
+    builder.on_chunk(b'data: {"choices": [{"index": 0, "text": "b"}]}\t\n\n', 0.6)
+    cap = builder.finish(200, 1.0)
+    assert cap.error is None and cap.text == "ab"
