@@ -8,6 +8,7 @@ then the connection pools, then the store.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -21,6 +22,7 @@ from proxy.mirror.exchange import Mirror
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
 from proxy.mirror.routing import Router, make_session_factory
 from proxy.mirror.tasks import BackgroundTasks
+from proxy.mirror.verdict import refresh_verdict_forever
 from proxy.store import RecordStore, SqliteStore
 
 log = logging.getLogger(__name__)
@@ -116,5 +118,10 @@ async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
     tasks = BackgroundTasks()
     app[TASKS_KEY] = tasks
     app[MIRROR_KEY] = Mirror(config.mirror, tasks, app[METRICS_KEY], app[STORE_KEY])
+    refresher = asyncio.get_running_loop().create_task(refresh_verdict_forever(
+        app[STORE_KEY], config.gate, app[METRICS_KEY], config.gate_refresh_s),
+        name="verdict-refresh")
     yield
+    refresher.cancel()
+    await asyncio.gather(refresher, return_exceptions=True)
     await tasks.drain(config.drain_timeout_s)
