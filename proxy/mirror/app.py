@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from proxy.compare.request import endpoint_for_path, prepare
+from proxy.compare.request import endpoint_for_path
 from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
 from proxy.mirror.config import ProxyConfig
 from proxy.mirror.exchange import Mirror
@@ -53,11 +53,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if endpoint is not None:
         mirror = app[MIRROR_KEY]
         if mirror.wants(routes, request.headers):
-            prepared = prepare(body, endpoint)
-            if prepared is None:
-                metrics.shadow_dropped.labels("malformed_json").inc()
-            else:
-                exchange = mirror.start(routes, request.raw_path, headers, prepared)
+            exchange = mirror.start(routes, request, headers, body, endpoint)
     result = RelayResult()
     try:
         return await relay(request, primary, body, headers, result,
