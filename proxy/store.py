@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from proxy.compare.gate import GateInputs, MatchCounts
 from proxy.compare.stats import LatencySamples
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
 
@@ -44,7 +45,7 @@ CREATE TABLE IF NOT EXISTS comparison (
     exchange_id INTEGER NOT NULL, against TEXT NOT NULL, outcome TEXT NOT NULL,
     exact_match INTEGER NOT NULL, first_divergence INTEGER, edit_distance INTEGER,
     length_delta INTEGER, finish_reason_match INTEGER, close_match INTEGER, reason TEXT NOT NULL,
-    PRIMARY KEY (exchange_id, against));
+    basis TEXT NOT NULL, PRIMARY KEY (exchange_id, against));
 """
 
 
@@ -89,6 +90,18 @@ class StoreAggregates:
     latency: dict[str, LatencySamples]
     roles: dict[str, RoleCounts]
 
+    def gate_inputs(self) -> GateInputs:
+        """What `proxy.compare.gate.evaluate` judges (cancelled requests left out)."""
+        baseline = self.baseline
+        return GateInputs(
+            new_vs_old=MatchCounts(self.shadow.compared, self.shadow.diverged),
+            baseline_vs_old=MatchCounts(baseline.compared, baseline.diverged)
+            if baseline is not None else None,
+            latency=self.latency,
+            requests={r: c.requests - c.cancelled for r, c in self.roles.items()},
+            errors={r: c.errors for r, c in self.roles.items()},
+        )
+
     def as_json(self) -> dict[str, Any]:
         def pair(p: PairCounts) -> dict[str, Any]:
             out = asdict(p)
@@ -129,13 +142,13 @@ def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
     made = {k: PairCounts(**{**v, "first_divergence": tuple(v["first_divergence"])})
             for k, v in pairs.items()}
     roles: dict[str, dict[str, Any]] = {}
-    for role, _status, error, cancelled, finish in captures:
+    for role, status, error, cancelled, finish in captures:
         r = roles.setdefault(role, {"requests": 0, "errors": 0, "cancelled": 0,
                                     "finish_reasons": {}})
         r["requests"] += 1
         if cancelled:
             r["cancelled"] += 1
-        elif error is not None:
+        elif error is not None or status is None or status >= 400:
             r["errors"] += 1
         if finish is not None:
             r["finish_reasons"][finish] = r["finish_reasons"].get(finish, 0) + 1
@@ -203,10 +216,10 @@ class SqliteStore:
             "INSERT INTO capture VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [self._capture_row(exchange_id, c) for c in record.captures])
         self._db.executemany(
-            "INSERT INTO comparison VALUES (?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO comparison VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             [(exchange_id, c.against, c.outcome, int(c.exact_match), c.first_divergence,
               c.edit_distance, c.length_delta, _opt_bool(c.finish_reason_match),
-              _opt_bool(c.close_match), c.reason) for c in record.comparisons])
+              _opt_bool(c.close_match), c.reason, c.basis) for c in record.comparisons])
 
     def _capture_row(self, exchange_id: int | None, c: Capture) -> tuple[Any, ...]:
         keep = self.store_text
@@ -284,7 +297,7 @@ class SqliteStore:
         comparisons = tuple(Comparison(
             against=c[1], outcome=c[2], exact_match=bool(c[3]), first_divergence=c[4],
             edit_distance=c[5], length_delta=c[6], finish_reason_match=_from_opt_bool(c[7]),
-            close_match=_from_opt_bool(c[8]), reason=c[9]) for c in comparison_rows)
+            close_match=_from_opt_bool(c[8]), reason=c[9], basis=c[10]) for c in comparison_rows)
         meta = RequestMeta(endpoint=endpoint, stream=bool(stream), deterministic=bool(det),
                            prompt_sha256=sha, prompt_chars=chars, max_tokens=max_tokens, n=n,
                            logprobs_k=logprobs_k)

@@ -102,3 +102,13 @@ async def test_async_writer_flushes_and_closes(tmp_path):
     await store.close()
     assert SqliteStore(path).count() == 5
     await asyncio.sleep(0)
+
+
+def test_gate_inputs_from_aggregates(tmp_path):
+    store = SqliteStore(str(tmp_path / "r.db"))
+    store.write([_record(1), _record(2, "diverged", baseline=True)])
+    inputs = store.aggregates().gate_inputs()
+    assert (inputs.new_vs_old.compared, inputs.new_vs_old.diverged) == (2, 1)
+    assert inputs.baseline_vs_old is not None and inputs.baseline_vs_old.compared == 1
+    assert inputs.requests == {"primary": 2, "shadow": 2, "baseline": 1}
+    assert inputs.latency["primary"].ttft_s == (0.1, 0.1)

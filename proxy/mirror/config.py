@@ -7,8 +7,10 @@ rest of the proxy never sees an invalid setting.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+
+from proxy.compare.gate import GateCriteria
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 MAIN_METRICS_PATH = "/_vllm_cutover/metrics"
@@ -114,6 +116,8 @@ class ProxyConfig:
     mirror: MirrorConfig = MirrorConfig()
     store: StoreConfig = StoreConfig()
     admin: AdminConfig = AdminConfig()
+    gate: GateCriteria = field(default_factory=GateCriteria)
+    gate_refresh_s: float = 15.0  # how often the verdict gauge is recomputed
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     main_metrics_path: str | None = MAIN_METRICS_PATH  # None: /metrics only on the admin port
     drain_timeout_s: float = 30.0

@@ -30,8 +30,9 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
     "trailer", "trailers", "transfer-encoding", "upgrade", "proxy-connection",
 })
-# Set by aiohttp from the body (Content-Length) or for the upstream (Host).
-_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
+# Set by aiohttp from the body (Content-Length) or for the upstream (Host); the body is
+# already read, so an Expect: 100-continue would only cost the upstream a round trip.
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
 ChunkTap = Callable[[bytes, float], None]
 TapFactory = Callable[[aiohttp.ClientResponse], ChunkTap]
 

@@ -57,3 +57,16 @@ def test_cli_rejects_bad_value_with_exit_2(capsys):
     code = main(["proxy", "--primary", "nope", "--shadow", "http://h:1"])
     assert code == 2
     assert "'nope'" in capsys.readouterr().err
+
+
+def test_cli_gate_criteria(capsys):
+    from proxy.cli import main
+
+    args = build_parser().parse_args([
+        "proxy", "--primary", "http://h:1", "--shadow", "http://h:2", "--gate-min-samples", "7",
+        "--gate-require-baseline"])
+    gate = build_config(args).gate
+    assert gate.min_samples == 7 and gate.require_baseline
+    assert main(["proxy", "--primary", "http://h:1", "--shadow", "http://h:2",
+                 "--gate-min-match-rate", "2"]) == 2
+    assert "2.0" in capsys.readouterr().err

@@ -112,3 +112,14 @@ async def test_slow_shadow_does_not_delay_client(backend, proxy, make_config, se
     await resp.read()
     assert perf_counter() - t0 < 0.5
     await settle(client.app)
+
+
+async def test_expect_continue_and_head(backend, proxy, make_config):
+    primary = await backend()
+    client = await proxy(make_config(primary.url, None))
+    resp = await client.post("/echo/x", data=b"y" * 2048, expect100=True)
+    assert resp.status == 207 and await resp.read() == b"echo:" + b"y" * 2048
+    assert "Expect" not in primary.seen[0]["headers"]
+    head = await client.head("/echo/h")
+    assert head.status == 207 and await head.read() == b""
+    assert head.headers["Content-Length"] == str(len(b"echo:"))
