@@ -13,6 +13,7 @@ from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_PREFLIGHT = 3
+EXIT_NOT_FOUND = 127
 
 DESCRIPTION = """\
 Start vLLM with a command written for another vLLM version. The FP4 kernel settings in it
@@ -36,7 +37,8 @@ only (--linear-backend would apply to every quantized linear layer). A new-style
 already in the command wins over a translated old one.
 
 exit codes: 0 dry run done; 2 bad input (entry form, values, config file, version) or
-arguments vLLM's parser rejects; 3 preflight found that the chosen kernel cannot work here.
+arguments vLLM's parser rejects; 3 preflight found that the chosen kernel cannot work here;
+127 the vLLM program cannot be run. Otherwise the exit code is vLLM's own.
 
 example:
   vllm-cutover launch --dry-run --compute-capability 10.0 -- \\
@@ -162,20 +164,28 @@ def _launch(args: argparse.Namespace) -> int:
 
         write_config(plan.config_contents, plan.config_path)
     if args.dry_run:
+        if preflight is not None and not preflight[0]:
+            print(f"preflight: a real launch would stop here: {preflight[2]}", file=sys.stderr)
         print(explain.command_text(argv, plan.env))
         return 0
     if preflight is not None and not preflight[0]:
         raise _Stop("preflight failed, vLLM not started: " + preflight[2], EXIT_PREFLIGHT)
     if not args.no_validate:
         _validate(python, vllm_args)
-    execute.exec_vllm(argv, plan.env)
+    try:
+        execute.exec_vllm(argv, plan.env)
+    except OSError as exc:
+        raise _Stop(f"cannot run {argv[0]!r}: {exc.strerror}", EXIT_NOT_FOUND) from None
 
 
 def _detect_capability() -> tuple[int, int] | None:
     from proxy.launcher import preflight
 
+    # nvidia-smi / driver files first: importing torch would cost seconds before exec.
+    detect = getattr(preflight, "detect_compute_capability_fast",
+                     preflight.detect_compute_capability)
     try:
-        return preflight.detect_compute_capability()
+        return detect()
     except NotImplementedError:
         return None
 

@@ -24,6 +24,7 @@ FLAG_NAMES = frozenset(
     [n for s in SOURCES if s.kind == "flag" for n in (s.name, *s.aliases)] + ["--config"]
 )
 ENV_NAMES = frozenset(s.name for s in SOURCES if s.kind == "env")
+OWN_ENV_PREFIX = "VLLM_CUTOVER_"
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,10 @@ def plan_launch(
             append.append(new)
     final_args, notes = _apply_flags(args, flag_uses, replace, append)
     changes = list(result.changes) + notes
+    for name in sorted(k for k in new_env if k.startswith(OWN_ENV_PREFIX)):
+        changes.append(Change("env", f"{name}={shlex.quote(new_env.pop(name))}", None,
+                              "vllm-cutover's own variable: vLLM (0.17+) would report it as an "
+                              "unknown VLLM_* variable, an error with --fail-on-environ-validation"))
 
     config_path = None
     config_contents = None

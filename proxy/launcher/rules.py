@@ -170,9 +170,9 @@ SOURCES: tuple[Source, ...] = (
     ),
 )
 
-_NVFP4_LINEAR = _same("cutlass", "flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_cudnn",
-                      "marlin", "fbgemm", "emulation")
-_LINEAR_FLAG_VALUES = tuple(BackendValue(b, v) for b, v in _NVFP4_LINEAR) + (
+_NVFP4_LINEAR = ("cutlass", "flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_cudnn",
+                 "marlin", "fbgemm", "emulation")
+_LINEAR_FLAG_VALUES = tuple(BackendValue(b, b) for b in _NVFP4_LINEAR) + (
     BackendValue("flashinfer_cutedsl", "flashinfer_cutedsl", SpecifierSet(">=0.24")),
     # Listed from 0.24, but the NVFP4 kernel only works from 0.28.
     BackendValue("flashinfer_b12x", "flashinfer_b12x", SpecifierSet(">=0.28")),

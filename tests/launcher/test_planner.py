@@ -152,3 +152,11 @@ def test_flag_in_command_line_beats_config_key() -> None:
 
 def test_supported_range_matches_table_sources() -> None:
     assert all(isinstance(s.accepted, SpecifierSet) for s in SOURCES)
+
+
+def test_own_variables_do_not_reach_vllm() -> None:
+    command = parse_command(["vllm", "serve", "m"], is_program=lambda w: False)
+    plan = plan_launch(command, {"VLLM_CUTOVER_VLLM_PYTHON": "/p", "VLLM_LOGGING_LEVEL": "INFO"},
+                       None, target=Version("0.32.0"), compute_capability=None, policy="migrate")
+    assert dict(plan.env) == {"VLLM_LOGGING_LEVEL": "INFO"}
+    assert plan.changes[-1].old == "VLLM_CUTOVER_VLLM_PYTHON=/p"
