@@ -35,6 +35,7 @@ class Child:
     name: str
     process: subprocess.Popen[str]
     url: str
+    admin_url: str | None = None
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         if self.process.poll() is None:
@@ -92,7 +93,7 @@ def start_proxy(argv: Sequence[str], port: int, admin_port: int) -> Child:
         ["proxy", "--host", LOOPBACK, "--port", str(port), "--admin-port", str(admin_port), *argv],
         capture_stdout=False,
     )
-    return Child("proxy", process, f"http://{LOOPBACK}:{port}")
+    return Child("proxy", process, f"http://{LOOPBACK}:{port}", f"http://{LOOPBACK}:{admin_port}")
 
 
 async def wait_http(child: Child, url: str, timeout_s: float = 20.0) -> None:

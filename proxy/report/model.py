@@ -186,9 +186,16 @@ def _latency_rows(old: LatencySamples, new: LatencySamples) -> tuple[LatencyRow,
     return tuple(rows)
 
 
-def build_report(records: Iterable[ExchangeRecord], criteria: GateCriteria | None = None) -> Report:
-    """Fold records into a `Report`; the verdict is the gate's (`proxy.compare.gate`)."""
+def build_report(
+    records: Iterable[ExchangeRecord],
+    criteria: GateCriteria | None = None,
+    verdict: Verdict | None = None,
+) -> Report:
+    """Fold records into a `Report`. The verdict is the gate's (`proxy.compare.gate`):
+    `verdict` when given, else evaluated on these records with `criteria`."""
     records = list(records)
+    if verdict is None:
+        verdict = evaluate(GateInputs.from_records(records), criteria)
     by_role: dict[str, list[Capture]] = {"primary": [], "shadow": [], "baseline": []}
     pairs: dict[str, list[tuple[ExchangeRecord, Comparison]]] = {"shadow": [], "baseline": []}
     samples = deterministic = 0
@@ -208,7 +215,7 @@ def build_report(records: Iterable[ExchangeRecord], criteria: GateCriteria | Non
         latency=_latency_rows(latency["primary"], latency["shadow"]),
         roles={role: _role(role, caps) for role, caps in by_role.items() if caps},
         samples_by_role=latency,
-        gate=evaluate(GateInputs.from_records(records), criteria),
+        gate=verdict,
     )
 
 

@@ -182,6 +182,7 @@ async def _stream(request: web.Request, job: _Job) -> web.StreamResponse:
     steps = max(len(b) for b in bounds)
     cut_at = max(1, steps // 2) if fault else steps + 1
     offsets = [0] * len(gens)
+    paced = config.itl_ms > 0
     pending = bytearray()
     due = started + state.delay_s(config.ttft_ms)
     for step in range(steps):
@@ -194,12 +195,8 @@ async def _stream(request: web.Request, job: _Job) -> web.StreamResponse:
             state.stats.injected["garbage"] += 1
             pending += GARBAGE_EVENT
         wait = due - loop.time()
-        if wait > 0 or (step <= 1 and pending):
-            if pending:
-                await response.write(bytes(pending))
-                pending.clear()
-            if wait > 0:
-                await asyncio.sleep(wait)
+        if wait > 0:
+            await asyncio.sleep(wait)
         if step == 0:
             state.stats.ttft.observe(loop.time() - started)
         for index, gen in enumerate(gens):
@@ -212,7 +209,10 @@ async def _stream(request: web.Request, job: _Job) -> web.StreamResponse:
             pending += encoder.token_chunk(index, gen, start, stop, offsets[index], last)
             if spec.logprobs is not None and spec.endpoint == "completions":
                 offsets[index] += len(state.vocab.text_of(gen.token_ids[start:stop]))
-        if len(pending) >= _BATCH_BYTES:
+        # Paced streams send every step as it is due (a client measures each gap); an
+        # unpaced one sends its first event at once, then batches (benchmark backend).
+        flush = paced or step == 0 or len(pending) >= _BATCH_BYTES
+        if flush and step != steps - 1:
             await response.write(bytes(pending))
             pending.clear()
         itl = state.delay_s(config.itl_ms)
