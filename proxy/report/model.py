@@ -98,6 +98,8 @@ class Report:
     latency: tuple[LatencyRow, ...]
     roles: dict[str, RoleSummary]
     samples_by_role: dict[str, LatencySamples]
+    sampled: dict[str, RoleSummary]  # sampled (non-deterministic) requests only, by role
+    sampled_length_test: MannWhitney | None  # output tokens of sampled requests, new vs old
     gate: Verdict
 
 
@@ -168,6 +170,11 @@ def _role(role: str, captures: Sequence[Capture]) -> RoleSummary:
     return RoleSummary(role, len(captures), errors, cancelled, finish, tuple(tokens))
 
 
+def _lengths(roles: dict[str, RoleSummary], role: str) -> list[float]:
+    summary = roles.get(role)
+    return [float(n) for n in summary.output_tokens] if summary else []
+
+
 def _latency_rows(old: LatencySamples, new: LatencySamples) -> tuple[LatencyRow, ...]:
     rows = []
     for metric in METRICS:
@@ -197,6 +204,7 @@ def build_report(
     if verdict is None:
         verdict = evaluate(GateInputs.from_records(records), criteria)
     by_role: dict[str, list[Capture]] = {"primary": [], "shadow": [], "baseline": []}
+    sampled: dict[str, list[Capture]] = {"primary": [], "shadow": [], "baseline": []}
     pairs: dict[str, list[tuple[ExchangeRecord, Comparison]]] = {"shadow": [], "baseline": []}
     samples = deterministic = 0
     for record in records:
@@ -204,9 +212,12 @@ def build_report(
         deterministic += record.meta.deterministic
         for cap in record.captures:
             by_role.setdefault(cap.role, []).append(cap)
+            if not record.meta.deterministic:
+                sampled.setdefault(cap.role, []).append(cap)
         for comp in record.comparisons:
             pairs.setdefault(comp.against, []).append((record, comp))
     latency = {role: LatencySamples.from_captures(caps) for role, caps in by_role.items()}
+    sampled_roles = {role: _role(role, caps) for role, caps in sampled.items() if caps}
     return Report(
         samples=samples,
         deterministic=deterministic,
@@ -215,6 +226,10 @@ def build_report(
         latency=_latency_rows(latency["primary"], latency["shadow"]),
         roles={role: _role(role, caps) for role, caps in by_role.items() if caps},
         samples_by_role=latency,
+        sampled=sampled_roles,
+        sampled_length_test=mann_whitney(
+            _lengths(sampled_roles, "primary"), _lengths(sampled_roles, "shadow")
+        ),
         gate=verdict,
     )
 
@@ -250,6 +265,17 @@ def report_json(report: Report) -> dict[str, Any]:
                 "finish_reasons": dict(r.finish_reasons),
             }
             for r in report.roles.values()
+        },
+        "sampled": {
+            "roles": {
+                ROLE_LABELS.get(r.role, r.role): {
+                    "requests": r.requests,
+                    "finish_reasons": dict(r.finish_reasons),
+                    "mean_output_tokens": _mean(r.output_tokens),
+                }
+                for r in report.sampled.values()
+            },
+            "output_tokens_mann_whitney": _test_json(report.sampled_length_test),
         },
         "gate": report.gate.details,
     }

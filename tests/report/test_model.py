@@ -72,3 +72,14 @@ def test_empty_record_set(records_of: Callable[..., list[ExchangeRecord]]) -> No
         None,
         "inconclusive",
     )
+
+
+def test_sampled_requests_are_summarised_as_distributions(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    report = build_report(records_of(count=90))
+    assert report.sampled["primary"].requests == 30 and report.sampled["shadow"].requests == 30
+    assert report.sampled_length_test is not None  # identical lengths: no shift
+    assert report.sampled_length_test.p_value > 0.5
+    doc = report_json(report)
+    assert doc["sampled"]["roles"]["new"]["mean_output_tokens"] == 20
