@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Mapping
 from time import perf_counter
+from typing import Literal
 
 import aiohttp
 from aiohttp import web
@@ -37,7 +38,7 @@ from proxy.store import RecordStore
 
 log = logging.getLogger(__name__)
 
-TokenSource = str  # "client" | "tokenize" | "backend" | "none"
+TokenSource = Literal["client", "tokenize", "none"]
 
 
 class Mirror:
@@ -173,16 +174,17 @@ class Exchange:
         if primary.token_ids is not None:
             return "client", primary, others
         usable = [c for _, c in others if c.error is None and not c.cancelled]
-        if (self.meta is None or not self.meta.deterministic or primary.error is not None or primary.cancelled
-                or not usable):
+        primary_ok = primary.error is None and not primary.cancelled
+        if self.meta is None or not self.meta.deterministic or not primary_ok or not usable:
             return "none", primary, others
         texts = {primary.text} | {c.text for c in usable}
         ids = await self._tokenize_all(texts)
         if ids is None:
             return "none", primary, others
-        primary = dataclasses.replace(primary, token_ids=ids[primary.text])
+        # The engines' own per-token offsets no longer fit re-tokenized ids: drop them.
+        primary = dataclasses.replace(primary, token_ids=ids[primary.text], token_char_ends=None)
         others = [
-            (role, dataclasses.replace(c, token_ids=ids[c.text])
+            (role, dataclasses.replace(c, token_ids=ids[c.text], token_char_ends=None)
              if c.error is None and not c.cancelled else c)
             for role, c in others
         ]

@@ -29,7 +29,8 @@ async def test_non_generation_request_relayed_byte_exact(backend, proxy, make_co
     assert "X-Hop" not in seen["headers"]
 
 
-async def test_primary_metrics_path_is_proxied_and_own_metrics_elsewhere(backend, proxy, make_config, dead_url):
+async def test_primary_metrics_proxied_own_metrics_elsewhere(backend, proxy, make_config,
+                                                             dead_url):
     primary = await backend()
     client = await proxy(make_config(primary.url, dead_url()))
     resp = await client.get("/metrics")
