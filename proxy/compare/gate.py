@@ -1,6 +1,6 @@
 """The promotion gate: pass / fail / inconclusive from aggregates and frozen criteria (no I/O).
 
-Old = primary, new = shadow. Four checks, each pass, fail or inconclusive:
+Old = primary, new = shadow. Checks, each pass, fail or inconclusive:
 - samples: enough deterministic requests compared new-vs-old (below it, at best inconclusive);
 - match rate: the Wilson interval of the new-vs-old match rate against a threshold, that is
   the baseline (old-vs-old) match rate minus the allowed excess divergence, or an absolute
@@ -8,50 +8,24 @@ Old = primary, new = shadow. Four checks, each pass, fail or inconclusive:
   does not, otherwise inconclusive (more samples needed);
 - latency: new/old ratios of TTFT and TPOT percentiles; a ratio over its limit fails only
   when a one-sided Mann-Whitney U test says new is slower (p < alpha, effect >= minimum);
+- output lengths: new vs old distribution (all requests, sampled ones included): fails on a
+  significant shift larger than the limit;
 - errors: shadow error rate against primary's plus an allowance (fail needs the lower bound over).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 from proxy.compare.stats import LatencySamples, LatencySummary, mann_whitney, ratio, wilson_interval
-from proxy.compare.types import Comparison, ExchangeRecord, Role
+from proxy.compare.tally import GateInputs, MatchCounts
+
+__all__ = ["GateCriteria", "GateInputs", "MatchCounts", "Verdict", "evaluate"]
 
 VerdictName = Literal["pass", "fail", "inconclusive"]
 _SEVERITY: dict[VerdictName, int] = {"fail": 0, "inconclusive": 1, "pass": 2}
-
-
-@dataclass(frozen=True)
-class MatchCounts:
-    """Deterministic requests compared (outcome match or diverged) and how many diverged."""
-
-    compared: int = 0
-    diverged: int = 0
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.diverged <= self.compared:
-            raise ValueError(f"need 0 <= diverged <= compared, got {self.diverged!r}/{self.compared!r}")
-
-    @property
-    def matched(self) -> int:
-        return self.compared - self.diverged
-
-    @property
-    def match_rate(self) -> float | None:
-        return self.matched / self.compared if self.compared else None
-
-    @classmethod
-    def of(cls, comparisons: Iterable[Comparison], against: Role = "shadow") -> MatchCounts:
-        compared = diverged = 0
-        for comparison in comparisons:
-            if comparison.against == against and comparison.outcome in ("match", "diverged"):
-                compared += 1
-                diverged += comparison.outcome == "diverged"
-        return cls(compared, diverged)
 
 
 @dataclass(frozen=True)
@@ -64,6 +38,7 @@ class GateCriteria:
     max_excess_divergence: float = 0.05  # allowed match-rate drop below the baseline's
     min_match_rate: float = 0.90  # absolute threshold when there is no baseline
     require_baseline: bool = False
+    close_counts_as_match: bool = False  # vLLM's own tests accept top-k-close divergences
     min_latency_samples: int = 30
     max_ttft_p50_ratio: float | None = 1.10
     max_ttft_p99_ratio: float | None = 1.25
@@ -72,6 +47,7 @@ class GateCriteria:
     alpha: float = 0.05
     min_effect_size: float = 0.1  # rank-biserial; smaller shifts are negligible
     max_error_rate_excess: float = 0.01
+    max_length_shift: float | None = 0.3  # |rank-biserial| of output lengths new vs old
 
     def __post_init__(self) -> None:
         for name in ("confidence", "alpha"):
@@ -79,8 +55,10 @@ class GateCriteria:
             if not 0 < value < 1:
                 raise ValueError(f"{name} must be within (0, 1), got {value!r}")
         for name in ("max_excess_divergence", "min_match_rate", "min_effect_size",
-                     "max_error_rate_excess"):
+                     "max_error_rate_excess", "max_length_shift"):
             value = getattr(self, name)
+            if value is None:
+                continue
             if not 0 <= value <= 1:
                 raise ValueError(f"{name} must be within [0, 1], got {value!r}")
         for name in ("min_samples", "min_baseline_samples", "min_latency_samples"):
@@ -103,43 +81,6 @@ class GateCriteria:
 
 
 @dataclass(frozen=True)
-class GateInputs:
-    """Aggregates the gate judges; latency/requests/errors are keyed by role."""
-
-    new_vs_old: MatchCounts
-    baseline_vs_old: MatchCounts | None = None
-    latency: Mapping[str, LatencySamples] = field(default_factory=dict)
-    requests: Mapping[str, int] = field(default_factory=dict)
-    errors: Mapping[str, int] = field(default_factory=dict)
-
-    @classmethod
-    def from_records(cls, records: Iterable[ExchangeRecord]) -> GateInputs:
-        """Aggregate stored or in-memory exchange records."""
-        comparisons: list[Comparison] = []
-        captures: dict[str, list[Any]] = {}
-        requests: dict[str, int] = {}
-        errors: dict[str, int] = {}
-        has_baseline = False
-        for record in records:
-            comparisons.extend(record.comparisons)
-            for cap in record.captures:
-                if cap.cancelled:
-                    continue
-                has_baseline = has_baseline or cap.role == "baseline"
-                captures.setdefault(cap.role, []).append(cap)
-                requests[cap.role] = requests.get(cap.role, 0) + 1
-                failed = cap.error is not None or cap.status is None or cap.status >= 400
-                errors[cap.role] = errors.get(cap.role, 0) + failed
-        return cls(
-            new_vs_old=MatchCounts.of(comparisons, "shadow"),
-            baseline_vs_old=MatchCounts.of(comparisons, "baseline") if has_baseline else None,
-            latency={role: LatencySamples.from_captures(caps) for role, caps in captures.items()},
-            requests=requests,
-            errors=errors,
-        )
-
-
-@dataclass(frozen=True)
 class Verdict:
     """The gate's answer; `reasons` lists every check, most severe first."""
 
@@ -147,6 +88,11 @@ class Verdict:
     reasons: list[str]
     samples: int
     details: dict[str, Any]
+
+    @property
+    def http_status(self) -> int:
+        """200 on pass, 409 otherwise: what the admin gate endpoint answers."""
+        return 200 if self.verdict == "pass" else 409
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -169,6 +115,7 @@ def evaluate(inputs: GateInputs, criteria: GateCriteria | None = None) -> Verdic
         _check_samples(inputs, criteria),
         _check_match_rate(inputs, criteria, details),
         *_check_latency(inputs, criteria, details),
+        *_check_lengths(inputs, criteria, details),
         _check_errors(inputs, criteria, details),
     ]
     checks.sort(key=lambda c: _SEVERITY[c.status])
@@ -191,6 +138,9 @@ def _check_samples(inputs: GateInputs, c: GateCriteria) -> _Check:
 def _check_match_rate(inputs: GateInputs, c: GateCriteria, details: dict[str, Any]) -> _Check:
     new = inputs.new_vs_old
     base = inputs.baseline_vs_old
+    if c.close_counts_as_match:
+        new = new.counting_close_as_match()
+        base = base.counting_close_as_match() if base is not None else None
     low, high = wilson_interval(new.matched, new.compared, c.confidence)
     details["match"] = {"new_vs_old": {**asdict(new), "rate": new.match_rate,
                                        "interval": [low, high]},
@@ -257,6 +207,27 @@ def _check_latency(inputs: GateInputs, c: GateCriteria, details: dict[str, Any])
         else:
             checks.append(_Check("inconclusive", f"{text} but not significant ({tail})"))
     return checks
+
+
+def _check_lengths(inputs: GateInputs, c: GateCriteria, details: dict[str, Any]) -> list[_Check]:
+    if c.max_length_shift is None:
+        return []
+    old = inputs.latency.get("primary", LatencySamples()).output_tokens
+    new = inputs.latency.get("shadow", LatencySamples()).output_tokens
+    if not old and not new:
+        return []  # lengths not recorded by the caller: nothing to judge
+    if min(len(old), len(new)) < c.min_latency_samples:
+        return [_Check("inconclusive", f"output lengths: {len(old)} old / {len(new)} new "
+                                       f"samples, need {c.min_latency_samples}")]
+    test = mann_whitney(old, new)
+    details["lengths"] = None if test is None else asdict(test)
+    if test is None:
+        return []
+    text = (f"output length shift {test.effect_size:+.2f} (limit {c.max_length_shift:g}, "
+            f"Mann-Whitney p={test.p_value:.3g})")
+    if abs(test.effect_size) > c.max_length_shift and test.p_value < c.alpha:
+        return [_Check("fail", text)]
+    return [_Check("pass", text)]
 
 
 def _check_errors(inputs: GateInputs, c: GateCriteria, details: dict[str, Any]) -> _Check:

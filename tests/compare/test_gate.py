@@ -8,14 +8,14 @@ import pytest
 
 from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts, evaluate
 from proxy.compare.stats import LatencySamples
-from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
 
 
 def latency(seed: int, scale: float = 1.0, n: int = 200) -> LatencySamples:
     rng = random.Random(seed)
     ttft = tuple(scale * rng.lognormvariate(-3.0, 0.2) for _ in range(n))
     tpot = tuple(scale * rng.lognormvariate(-4.5, 0.2) for _ in range(n))
-    return LatencySamples(ttft_s=ttft, tpot_s=tpot, itl_s=tpot, e2e_s=ttft)
+    lengths = tuple(rng.randint(50, 150) for _ in range(n))
+    return LatencySamples(ttft_s=ttft, tpot_s=tpot, itl_s=tpot, e2e_s=ttft, output_tokens=lengths)
 
 
 def inputs(new: tuple[int, int] = (200, 0), base: tuple[int, int] | None = (200, 2),
@@ -37,7 +37,7 @@ def test_healthy_new_version_passes() -> None:
     verdict = evaluate(inputs())
     assert verdict.verdict == "pass", verdict.reasons
     assert verdict.samples == 200
-    assert len(verdict.reasons) == 7 and all(r.startswith("pass:") for r in verdict.reasons)
+    assert len(verdict.reasons) == 8 and all(r.startswith("pass:") for r in verdict.reasons)
 
 
 def test_too_few_samples_is_inconclusive() -> None:
@@ -121,37 +121,30 @@ def test_criteria_validation_quotes_value() -> None:
         GateCriteria(min_samples=0)
     with pytest.raises(ValueError, match="max_tpot_p99_ratio must be > 0, got -1"):
         GateCriteria(max_tpot_p99_ratio=-1)
-    with pytest.raises(ValueError, match="3/2"):
-        MatchCounts(2, 3)
 
 
-META = RequestMeta("chat", True, True, "0" * 64, 3, 8)
+def test_close_divergences_can_count_as_matches() -> None:
+    counts = MatchCounts(200, 40, close=38)
+    strict = evaluate(replace(inputs(), new_vs_old=counts, baseline_vs_old=MatchCounts(200, 2)))
+    assert strict.verdict == "fail"
+    lenient = evaluate(replace(inputs(), new_vs_old=counts, baseline_vs_old=MatchCounts(200, 2)),
+                       GateCriteria(close_counts_as_match=True))
+    assert lenient.verdict == "pass", lenient.reasons
+    assert lenient.http_status == 200 and strict.http_status == 409
 
 
-def _cap(role: str, **kw: object) -> Capture:
-    base = Capture(role="primary", backend="b", status=200, ttft_s=0.1, itl_s=(0.01,),
-                   e2e_s=0.2, output_tokens=2, finish_reason="stop", text="", token_ids=(1, 2))
-    return replace(base, role=role, **kw)  # type: ignore[arg-type]
+def test_shifted_output_lengths_fail() -> None:
+    base = latency(2)
+    longer = replace(base, output_tokens=tuple(x + 60 for x in base.output_tokens))
+    verdict = evaluate(inputs(new_latency=longer))
+    assert verdict.verdict == "fail"
+    assert verdict.reasons[0].startswith("fail: output length shift +0.")
+    assert evaluate(inputs(new_latency=longer), GateCriteria(max_length_shift=None)).verdict == "pass"
 
 
-def _cmp(against: str, outcome: str) -> Comparison:
-    return Comparison(against, outcome, outcome == "match", None, None, None, None, None)  # type: ignore[arg-type]
-
-
-def test_inputs_from_records() -> None:
-    records = [
-        ExchangeRecord("a", 0.0, META, (_cap("primary"), _cap("shadow"), _cap("baseline")),
-                       (_cmp("shadow", "match"), _cmp("baseline", "match"))),
-        ExchangeRecord("b", 0.0, META, (_cap("primary"), _cap("shadow", error="timeout")),
-                       (_cmp("shadow", "error"),)),
-        ExchangeRecord("c", 0.0, META, (_cap("primary"), _cap("shadow", ttft_s=0.3)),
-                       (_cmp("shadow", "diverged"), _cmp("baseline", "not_comparable"))),
-        ExchangeRecord("d", 0.0, META, (_cap("primary", cancelled=True),), ()),
-    ]
-    agg = GateInputs.from_records(records)
-    assert agg.new_vs_old == MatchCounts(2, 1)
-    assert agg.baseline_vs_old == MatchCounts(1, 0)
-    assert dict(agg.requests) == {"primary": 3, "shadow": 3, "baseline": 1}
-    assert dict(agg.errors) == {"primary": 0, "shadow": 1, "baseline": 0}
-    assert agg.latency["shadow"].ttft_s == (0.1, 0.3)
-    assert GateInputs.from_records(records[1:2]).baseline_vs_old is None
+def test_unrecorded_output_lengths_skip_the_length_check() -> None:
+    bare = {role: replace(samples, output_tokens=()) for role, samples in inputs().latency.items()}
+    verdict = evaluate(replace(inputs(), latency=bare))
+    assert verdict.verdict == "pass" and len(verdict.reasons) == 7
+    few = dict(bare, shadow=replace(bare["shadow"], output_tokens=(1, 2)))
+    assert evaluate(replace(inputs(), latency=few)).verdict == "inconclusive"
