@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--shadow", required=True, metavar="URL", help="backend mirrored to")
     p.add_argument("--baseline", metavar="URL",
                    help="second copy of the primary's version: measures old-vs-old noise")
+    p.add_argument("--baseline-stream", action="store_true",
+                   help="stream mirrored requests to the baseline too (default: unstreamed, "
+                        "same tokens, a third less proxy CPU; its latency is then not per token)")
     p.add_argument("--sample-rate", type=float, default=1.0, metavar="F",
                    help="fraction of generation requests mirrored (default %(default)s)")
     p.add_argument("--sample-header", metavar="NAME",
@@ -81,6 +84,7 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
             sample_header=args.sample_header,
             shadow_timeout_s=args.shadow_timeout,
             max_shadow_inflight=args.max_shadow_inflight,
+            baseline_stream=args.baseline_stream,
         ),
         store=StoreConfig(db_path=args.db, retention_rows=args.retention,
                           store_text=args.store_text),

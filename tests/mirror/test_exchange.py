@@ -42,6 +42,8 @@ async def test_identical_backends_match_via_tokenize(backend, proxy, make_config
     assert {c.against: c.outcome for c in record.comparisons} == {
         "shadow": "match", "baseline": "match"}
     assert record.extra["text"]["primary"]["chars"] == len("Hello world! Bye")
+    assert baseline.seen[0]["json"]["stream"] is False  # unstreamed by default: same tokens
+    assert shadow.seen[0]["json"]["stream"] is stream
     assert _capture(record, "shadow").error is None
     if stream:
         assert _capture(record, "primary").ttft_s is not None
@@ -131,3 +133,16 @@ async def test_sampled_request_not_token_compared(backend, proxy, make_config, s
     assert record.extra["token_ids_source"] == "none"
     aggregates = await client.app[STORE_KEY].call(SqliteStore.aggregates)
     assert aggregates.shadow.compared == 0
+
+
+async def test_baseline_streamed_on_request(backend, proxy, make_config, settle):
+    primary, shadow, baseline = await backend(), await backend(), await backend()
+    client = await proxy(make_config(primary.url, shadow.url, baseline.url,
+                                     baseline_stream=True))
+    body = {**GREEDY, "stream": True, "stream_options": {"include_usage": True}}
+    await (await client.post("/v1/completions", json=body)).read()
+    (record,) = await _records(client, settle)
+    assert baseline.seen[0]["json"]["stream"] is True
+    assert baseline.seen[0]["json"]["stream_options"] == {"include_usage": True}
+    assert record.extra["baseline_streamed"] is True
+    assert len(_capture(record, "baseline").itl_s) == 3
