@@ -146,3 +146,22 @@ async def test_baseline_streamed_on_request(backend, proxy, make_config, settle)
     assert baseline.seen[0]["json"]["stream_options"] == {"include_usage": True}
     assert record.extra["baseline_streamed"] is True
     assert len(_capture(record, "baseline").itl_s) == 3
+
+
+async def test_shadow_speaking_no_http_at_all(backend, proxy, make_config, settle):
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1024)
+        writer.write(b"\x00\xffTHIS IS NOT HTTP\r\n\r\n" * 10)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    primary = await backend()
+    client = await proxy(make_config(primary.url, f"http://127.0.0.1:{port}"))
+    resp = await client.post("/v1/completions", json={**GREEDY, "stream": True})
+    assert resp.status == 200 and (await resp.read()).endswith(b"[DONE]\n\n")
+    (record,) = await _records(client, settle)
+    assert _capture(record, "shadow").error in ("bad_response", "reset")
+    server.close()
+    await server.wait_closed()
