@@ -112,7 +112,8 @@ class StoreAggregates:
             "records": self.records,
             "shadow": pair(self.shadow),
             "baseline": pair(self.baseline) if self.baseline else None,
-            "latency_samples": {r: len(s.ttft_s) for r, s in self.latency.items()},
+            "latency_samples": {r: {"ttft": len(s.ttft_s), "tpot": len(s.tpot_s),
+                                    "e2e": len(s.e2e_s)} for r, s in self.latency.items()},
             "roles": {r: asdict(c) for r, c in self.roles.items()},
         }
 
@@ -156,13 +157,14 @@ def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
             r["finish_reasons"][finish] = r["finish_reasons"].get(finish, 0) + count
     samples: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {}
     itl_left = max_itl_samples
-    for role, ttft, e2e, tokens, itl_blob in reversed(latency):
+    for role, ttft, e2e, tokens, itl_blob, streamed in reversed(latency):
         ttfts, tpots, itls, e2es = samples.setdefault(role, ([], [], [], []))
+        e2es.append(e2e)
+        if not streamed or ttft is None:
+            continue
         ttfts.append(ttft)
-        if e2e is not None:
-            e2es.append(e2e)
-            if tokens is not None and tokens > 1:
-                tpots.append((e2e - ttft) / (tokens - 1))
+        if tokens is not None and tokens > 1:
+            tpots.append((e2e - ttft) / (tokens - 1))
         if itl_blob and itl_left > 0:
             gaps = array("f")
             gaps.frombytes(itl_blob)
@@ -324,10 +326,14 @@ class SqliteStore:
         captures = db.execute(
             "SELECT role, cancelled, (error IS NOT NULL OR status IS NULL OR status >= 400),"
             " finish_reason, COUNT(*) FROM capture GROUP BY 1, 2, 3, 4").fetchall()
+        # Per-token timing only exists for streamed answers (unstreamed: TTFT == E2E).
         latency = db.execute(
-            "SELECT role, ttft_s, e2e_s, output_tokens, itl_s FROM capture"
-            " WHERE exchange_id > (SELECT COALESCE(MAX(id), 0) FROM exchange) - ?"
-            " AND error IS NULL AND cancelled = 0 AND ttft_s IS NOT NULL",
+            "SELECT c.role, c.ttft_s, c.e2e_s, c.output_tokens, c.itl_s,"
+            " e.stream AND (c.role != 'baseline' OR"
+            " COALESCE(json_extract(e.extra, '$.baseline_streamed'), 1))"
+            " FROM capture c JOIN exchange e ON e.id = c.exchange_id"
+            " WHERE c.exchange_id > (SELECT COALESCE(MAX(id), 0) FROM exchange) - ?"
+            " AND c.error IS NULL AND c.cancelled = 0 AND c.e2e_s IS NOT NULL",
             (latency_window,)).fetchall()
         return aggregate_rows(self.count(), comparisons, first_divergences, captures, latency)
 

@@ -42,6 +42,13 @@ log = logging.getLogger(__name__)
 TokenSource = Literal["client", "tokenize", "none"]
 
 
+def _with_ids(capture: Capture, ids: tuple[int, ...]) -> Capture:
+    """`capture` with re-tokenized ids; the engine's per-token offsets no longer fit them."""
+    tokens = capture.output_tokens if capture.output_tokens is not None else len(ids)
+    return dataclasses.replace(capture, token_ids=ids, token_char_ends=None,
+                               output_tokens=tokens)
+
+
 def unstreamed(body: bytes) -> bytes:
     """The same request without streaming (the body is a JSON object: prepare() said so)."""
     request = json.loads(body)
@@ -193,13 +200,9 @@ class Exchange:
         ids = await self._tokenize_all(texts)
         if ids is None:
             return "none", primary, others
-        # The engines' own per-token offsets no longer fit re-tokenized ids: drop them.
-        primary = dataclasses.replace(primary, token_ids=ids[primary.text], token_char_ends=None)
-        others = [
-            (role, dataclasses.replace(c, token_ids=ids[c.text], token_char_ends=None)
-             if c.error is None and not c.cancelled else c)
-            for role, c in others
-        ]
+        primary = _with_ids(primary, ids[primary.text])
+        others = [(role, _with_ids(c, ids[c.text]) if c.error is None and not c.cancelled else c)
+                  for role, c in others]
         return "tokenize", primary, others
 
     async def _tokenize_all(self, texts: set[str]) -> dict[str, tuple[int, ...]] | None:
