@@ -59,6 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="match rate needed without a baseline (default %(default)s)")
     g.add_argument("--gate-require-baseline", action="store_true",
                    help="no pass without old-vs-old noise measured on a baseline")
+    p.add_argument("--metrics-path", default="/_vllm_cutover/metrics", metavar="PATH",
+                   help="the proxy's own metrics on the client port ('' for admin port only); "
+                        "/metrics there is the primary's (default %(default)s)")
     p.add_argument("--drain-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, time for requests in flight to finish (default %(default)s)")
     p.set_defaults(func=_run)
@@ -97,6 +100,7 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
             require_baseline=args.gate_require_baseline,
         ),
         max_body_bytes=args.max_body_bytes,
+        main_metrics_path=args.metrics_path or None,
         drain_timeout_s=args.drain_timeout,
     )
 
@@ -109,5 +113,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     from proxy.mirror.server import run
 
-    run(config)
+    try:
+        run(config)
+    except OSError as exc:  # port in use, address not available, database not writable
+        print(f"vllm-cutover proxy: cannot start: {exc}", file=sys.stderr)
+        return 1
     return 0

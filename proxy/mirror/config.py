@@ -7,6 +7,7 @@ rest of the proxy never sees an invalid setting.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -92,6 +93,11 @@ class StoreConfig:
     def __post_init__(self) -> None:
         if self.retention_rows < 1:
             raise ConfigError(f"--retention must be >= 1, got {self.retention_rows!r}")
+        if self.db_path != ":memory:":
+            parent = os.path.dirname(os.path.abspath(self.db_path))
+            if not os.path.isdir(parent):
+                raise ConfigError(f"--db: directory {parent!r} does not exist "
+                                  f"(for {self.db_path!r})")
 
 
 @dataclass(frozen=True)
