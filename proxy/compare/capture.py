@@ -191,7 +191,7 @@ class CaptureBuilder:
             logger.debug("%s sent a mid-stream error event", self.backend)
             return
         usage = obj.get("usage")
-        if usage:
+        if usage and type(usage) is dict:
             tokens = usage.get("completion_tokens")
             if type(tokens) is int:
                 self._usage_tokens = tokens
@@ -209,8 +209,12 @@ class CaptureBuilder:
                 else:
                     piece = choice.get("text")
                     has_output = bool(piece)
+                if piece and type(piece) is not str:
+                    raise TypeError("content is not a string")
                 ids = choice.get("token_ids")
                 if ids:
+                    if type(ids) is not list or not all(type(i) is int for i in ids):
+                        raise TypeError("token_ids is not a list of ints")
                     has_output = True
                 carries = carries or has_output
                 if choice.get("index", 0) != 0:
@@ -225,7 +229,7 @@ class CaptureBuilder:
                 if logprobs:
                     self._logprobs.append(logprobs)
                 reason = choice.get("finish_reason")
-                if reason is not None:
+                if type(reason) is str:
                     self._finish_reason = reason
         except (AttributeError, TypeError):
             self._error = "invalid_sse"
@@ -239,8 +243,11 @@ class CaptureBuilder:
         except (ValueError, KeyError, IndexError, TypeError):
             self._error = "invalid_json"
             return
-        message = choice.get("message") if isinstance(choice, dict) else None
-        if message is not None:
+        if not isinstance(choice, dict):
+            self._error = "invalid_json"
+            return
+        message = choice.get("message")
+        if isinstance(message, dict):
             self._is_chat = True
             as_delta = {**choice, "delta": message}
             del as_delta["message"]
@@ -264,11 +271,16 @@ def _flatten_logprobs(
         for part in parts:
             if is_chat:
                 for pos in part.get("content") or ():
-                    sampled.append(pos.get("token", ""))
-                    top.append({e["token"]: e["logprob"] for e in pos.get("top_logprobs") or ()})
+                    sampled.append(_str(pos.get("token")))
+                    top.append({_str(e["token"]): e["logprob"] for e in pos.get("top_logprobs") or ()})
             else:
-                sampled.extend(part.get("tokens") or ())
-                top.extend(dict(d) if d else {} for d in part.get("top_logprobs") or ())
+                sampled.extend(_str(tok) for tok in part.get("tokens") or ())
+                top.extend({_str(k): v for k, v in d.items()} if d else {}
+                           for d in part.get("top_logprobs") or ())
     except (AttributeError, TypeError, KeyError):
         return None, None
     return tuple(top), tuple(sampled)
+
+
+def _str(value: Any) -> str:
+    return value if type(value) is str else ""

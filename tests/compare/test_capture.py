@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 
 import pytest
@@ -205,3 +206,44 @@ def test_stream_without_done_is_truncated_or_invalid(body: bytes, stream: bool,
     assert builder.finish(200, 1.0).error == error
     cancelled = CaptureBuilder("shadow", "new", 0.0, stream=True).finish(200, 1.0, cancelled=True)
     assert cancelled.error is None
+
+
+def _random_json(rng: random.Random, depth: int = 0) -> object:
+    kind = rng.randrange(8 if depth < 3 else 5)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return rng.choice([0, 1, -5, 2**40])
+    if kind == 2:
+        return rng.choice(["", "x", "é", "stop"])
+    if kind == 3:
+        return rng.random() < 0.5
+    if kind == 4:
+        return 1.5
+    if kind == 5:
+        return [_random_json(rng, depth + 1) for _ in range(rng.randrange(3))]
+    keys = ["choices", "usage", "delta", "text", "content", "token_ids", "logprobs", "index",
+            "finish_reason", "message", "top_logprobs", "tokens", "token", "logprob", "error",
+            "completion_tokens"]
+    return {rng.choice(keys): _random_json(rng, depth + 1) for _ in range(rng.randrange(4))}
+
+
+def test_random_shaped_json_never_raises_and_diff_accepts_the_result() -> None:
+    from proxy.compare.diff import compare
+    from proxy.compare.types import RequestMeta
+
+    meta = RequestMeta("chat", True, True, "0" * 64, 1, 4)
+    rng = random.Random(99)
+    reference = CaptureBuilder("primary", "old", 0.0).finish(200, 1.0)
+    for _ in range(400):
+        events = [{"choices": [_random_json(rng) for _ in range(rng.randrange(3))]}
+                  if rng.random() < 0.6 else _random_json(rng) for _ in range(rng.randrange(1, 5))]
+        raw = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+        stream = CaptureBuilder("shadow", "new", 0.0)
+        stream.on_chunk(raw, 0.5)
+        body = CaptureBuilder("shadow", "new", 0.0)
+        body.on_body(json.dumps(events[0]).encode(), 0.5)
+        for cap in (stream.finish(200, 1.0), body.finish(200, 1.0)):
+            assert isinstance(cap.text, str)
+            compare(reference, cap, meta, "shadow")
+            compare(cap, cap, meta, "shadow")
