@@ -13,13 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-GUIDE = [
-    "nvidia/Llama-3.1-8B-Instruct-FP4",
-    "--quantization",
-    "nvfp4",
-    "--fp4-gemm-backend",
-    "cutlass",
-]
+GUIDE = ["nvidia/Llama-3.1-8B-Instruct-FP4", "--quantization", "nvfp4",
+         "--fp4-gemm-backend", "cutlass"]
 FAKE_PYTHON = """#!/bin/sh
 if [ "$1" = "-c" ]; then echo "${FAKE_VLLM_VERSION:-0.24.0}"; exit 0; fi
 touch "$FAKE_MARKER"
@@ -42,50 +37,25 @@ def fake_vllm(tmp_path: Path) -> dict[str, str]:
     python = _exe(bin_dir / "python3", FAKE_PYTHON)
     _exe(bin_dir / "vllm", f"#!{python}\n")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
-    return {
-        **clean,
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
-        "FAKE_MARKER": str(tmp_path / "executed"),
-    }
+    return {**clean, "PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT),
+            "FAKE_MARKER": str(tmp_path / "executed")}
 
 
 def _launch(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "proxy", "launch", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
+    return subprocess.run([sys.executable, "-m", "proxy", "launch", *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=60, check=False)
 
 
 def test_dry_run_report(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     report_path = tmp_path / "report.json"
     env = {**fake_vllm, "VLLM_NVFP4_GEMM_BACKEND": "cutlass", "VLLM_LOGGING_LEVEL": "INFO"}
-    proc = _launch(
-        [
-            "--dry-run",
-            "--compute-capability",
-            "10.0",
-            "--no-validate",
-            "--report-json",
-            str(report_path),
-            "--",
-            "vllm",
-            "serve",
-            *GUIDE,
-        ],
-        env,
-    )
+    proc = _launch(["--dry-run", "--compute-capability", "10.0", "--no-validate",
+                    "--report-json", str(report_path), "--", "vllm", "serve", *GUIDE], env)
     assert proc.returncode == 0, proc.stderr
     assert not Path(fake_vllm["FAKE_MARKER"]).exists()
     assert proc.stdout.strip() == (
         "VLLM_LOGGING_LEVEL=INFO vllm serve nvidia/Llama-3.1-8B-Instruct-FP4 "
-        "--linear-backend flashinfer_cutedsl"
-    )
+        "--linear-backend flashinfer_cutedsl")
     assert "--fp4-gemm-backend cutlass -> --linear-backend flashinfer_cutedsl (" in proc.stderr
     assert "--quantization nvfp4 -> (removed)" in proc.stderr
     report = json.loads(report_path.read_text())
@@ -94,30 +64,15 @@ def test_dry_run_report(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     assert report["argv"][-2:] == ["--linear-backend", "flashinfer_cutedsl"]
     assert report["env"] == {"VLLM_LOGGING_LEVEL": "INFO"}
     assert {c["old"] for c in report["changes"]} >= {
-        "--fp4-gemm-backend cutlass",
-        "--quantization nvfp4",
-        "VLLM_NVFP4_GEMM_BACKEND=cutlass",
-    }
+        "--fp4-gemm-backend cutlass", "--quantization nvfp4", "VLLM_NVFP4_GEMM_BACKEND=cutlass"}
     assert report["preflight"]["ok"] is True  # informational on a host without CUDA
 
 
 def test_exec_runs_translated_command(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     # With the preflight on: a host without CUDA must not stop the launch.
     env = {**fake_vllm, "FAKE_VLLM_VERSION": "0.15.0"}
-    proc = _launch(
-        [
-            "--policy",
-            "preserve",
-            "--compute-capability",
-            "9.0",
-            "--no-validate",
-            "--",
-            "vllm",
-            "serve",
-            *GUIDE,
-        ],
-        env,
-    )
+    proc = _launch(["--policy", "preserve", "--compute-capability", "9.0", "--no-validate",
+                    "--", "vllm", "serve", *GUIDE], env)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].endswith("vllm serve nvidia/Llama-3.1-8B-Instruct-FP4")
@@ -126,40 +81,20 @@ def test_exec_runs_translated_command(tmp_path: Path, fake_vllm: dict[str, str])
 
 def test_bare_arguments_use_the_api_server(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     python = fake_vllm["PATH"].split(":")[0] + "/python3"
-    proc = _launch(
-        ["--dry-run", "--no-validate", "--no-preflight", "--vllm-python", python, "--", *GUIDE],
-        fake_vllm,
-    )
+    proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--vllm-python", python,
+                    "--", *GUIDE], fake_vllm)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(
-        f"{python} -m vllm.entrypoints.openai.api_server --model nvidia/Llama-3.1-8B-Instruct-FP4"
-    )
+        f"{python} -m vllm.entrypoints.openai.api_server --model nvidia/Llama-3.1-8B-Instruct-FP4")
 
 
 def test_config_file_copy(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     user = tmp_path / "serve.yaml"
     user.write_text("port: 8000\nfp4-gemm-backend: cutlass\n")
     out_dir = tmp_path / "out"
-    proc = _launch(
-        [
-            "--dry-run",
-            "--no-validate",
-            "--no-preflight",
-            "--compute-capability",
-            "12.0",
-            "--vllm-version",
-            "0.32.0",
-            "--config-out",
-            str(out_dir),
-            "--",
-            "vllm",
-            "serve",
-            "m",
-            "--config",
-            str(user),
-        ],
-        fake_vllm,
-    )
+    proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--compute-capability", "12.0",
+                    "--vllm-version", "0.32.0", "--config-out", str(out_dir), "--",
+                    "vllm", "serve", "m", "--config", str(user)], fake_vllm)
     assert proc.returncode == 0, proc.stderr
     assert user.read_text() == "port: 8000\nfp4-gemm-backend: cutlass\n"
     copy = out_dir / "serve.vllm-cutover.yaml"
@@ -167,22 +102,17 @@ def test_config_file_copy(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     assert "nvfp4_w4a4" in copy.read_text() and "fp4-gemm-backend" not in copy.read_text()
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--", "bash", "-c", "true"], "unknown entry form 'bash'"),
-        (["--compute-capability", "abc", "--", "vllm", "serve", "m"], "'abc'"),
-        (["--vllm-version", "0.9.2", "--", "vllm", "serve", "m"], "not supported"),
-        (["--vllm-version", "banana", "--", "vllm", "serve", "m"], "'banana'"),
-        (["--", "vllm", "serve", "m", "--fp4-gemm-backend", "fastest"], "'fastest'"),
-        (["--", "vllm", "serve", "m", "--config", "/nonexistent/x.yaml"], "/nonexistent/x.yaml"),
-        ([], "no command"),
-    ],
-)
+@pytest.mark.parametrize(("args", "message"), [
+    (["--", "bash", "-c", "true"], "unknown entry form 'bash'"),
+    (["--compute-capability", "abc", "--", "vllm", "serve", "m"], "'abc'"),
+    (["--vllm-version", "0.9.2", "--", "vllm", "serve", "m"], "not supported"),
+    (["--vllm-version", "banana", "--", "vllm", "serve", "m"], "'banana'"),
+    (["--", "vllm", "serve", "m", "--fp4-gemm-backend", "fastest"], "'fastest'"),
+    (["--", "vllm", "serve", "m", "--config", "/nonexistent/x.yaml"], "/nonexistent/x.yaml"),
+    ([], "no command"),
+])
 def test_bad_input_exits_2_and_runs_nothing(
-    args: list[str],
-    message: str,
-    fake_vllm: dict[str, str],
+    args: list[str], message: str, fake_vllm: dict[str, str],
 ) -> None:
     proc = _launch(["--no-validate", *args], fake_vllm)
     assert proc.returncode == 2, proc.stderr
@@ -193,14 +123,8 @@ def test_bad_input_exits_2_and_runs_nothing(
 def test_help_explains() -> None:
     proc = _launch(["--help"], {**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0
-    for needle in (
-        "--policy",
-        "migrate",
-        "preserve",
-        "exit codes",
-        "--kernel-config",
-        "vllm.entrypoints.openai.api_server",
-    ):
+    for needle in ("--policy", "migrate", "preserve", "exit codes", "--kernel-config",
+                   "vllm.entrypoints.openai.api_server"):
         assert needle in proc.stdout
 
 
@@ -235,43 +159,29 @@ print(json.dumps(results))
 def test_translated_args_pass_the_real_parser(tmp_path: Path, vllm_python: str) -> None:
     old = ["--model", "/models/tiny", *GUIDE[1:], "--moe-runner-backend", "flashinfer_cutlass"]
     translated = []
-    for cc, policy in [
-        ("10.0", "migrate"),
-        ("12.0", "migrate"),
-        ("9.0", "migrate"),
-        ("10.0", "preserve"),
-    ]:
+    for cc, policy in [("10.0", "migrate"), ("12.0", "migrate"), ("9.0", "migrate"),
+                       ("10.0", "preserve")]:
         report = tmp_path / f"{cc}-{policy}.json"
-        proc = _launch(
-            [
-                "--dry-run",
-                "--no-validate",
-                "--no-preflight",
-                "--compute-capability",
-                cc,
-                "--policy",
-                policy,
-                "--report-json",
-                str(report),
-                "--",
-                vllm_python,
-                "-m",
-                "vllm.entrypoints.openai.api_server",
-                *old,
-            ],
-            {**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+        proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--compute-capability",
+                        cc, "--policy", policy, "--report-json", str(report), "--",
+                        vllm_python, "-m", "vllm.entrypoints.openai.api_server", *old],
+                       {**os.environ, "PYTHONPATH": str(ROOT)})
         assert proc.returncode == 0, proc.stderr
         data = json.loads(report.read_text())
         assert data["vllm_version"] == "0.32.0"
         translated.append(data["argv"][3:])
-    proc = subprocess.run(
-        [vllm_python, "-c", PARSE, json.dumps([old, *translated])],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    config = tmp_path / "serve.yaml"
+    config.write_text("fp4-gemm-backend: cutlass\nmax-model-len: 512\n")
+    report = tmp_path / "config.json"
+    proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--compute-capability",
+                    "10.0", "--config-out", str(tmp_path / "out"), "--report-json", str(report),
+                    "--", vllm_python, "-m", "vllm.entrypoints.openai.api_server",
+                    "--model", "/models/tiny", "--config", str(config)],
+                   {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    translated.append(json.loads(report.read_text())["argv"][3:])
+    proc = subprocess.run([vllm_python, "-c", PARSE, json.dumps([old, *translated])],
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert results[0] == {"ok": False, "code": 2}  # the old command fails as users saw
@@ -280,12 +190,11 @@ def test_translated_args_pass_the_real_parser(tmp_path: Path, vllm_python: str) 
     assert "'nvfp4_w4a4': 'marlin'" in results[3]["kernel_config"]
     assert "'nvfp4_w4a4': 'cutlass'" in results[4]["kernel_config"]
     assert results[1]["moe_backend"] == "flashinfer_cutlass"
+    assert "'nvfp4_w4a4': 'flashinfer_cutedsl'" in results[5]["kernel_config"]  # from the YAML
 
 
 def test_missing_program_is_a_clear_error(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     env = {**fake_vllm, "PATH": str(tmp_path / "empty")}
-    proc = _launch(
-        ["--no-validate", "--no-preflight", "--vllm-version", "0.32.0", "--", "vllm", "serve", "m"],
-        env,
-    )
+    proc = _launch(["--no-validate", "--no-preflight", "--vllm-version", "0.32.0", "--",
+                    "vllm", "serve", "m"], env)
     assert proc.returncode == 127 and "cannot run 'vllm'" in proc.stderr
