@@ -9,8 +9,8 @@ against the primary; sampled requests are compared only as distributions.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.compare.gate import GateCriteria, GateInputs, Verdict, evaluate
@@ -97,7 +97,7 @@ class Report:
     baseline: PairSummary | None
     latency: tuple[LatencyRow, ...]
     roles: dict[str, RoleSummary]
-    samples_by_role: dict[str, LatencySamples]
+    samples_by_role: Mapping[str, LatencySamples]
     sampled: dict[str, RoleSummary]  # sampled (non-deterministic) requests only, by role
     sampled_length_test: MannWhitney | None  # output tokens of sampled requests, new vs old
     gate: Verdict
@@ -193,13 +193,33 @@ def _latency_rows(old: LatencySamples, new: LatencySamples) -> tuple[LatencyRow,
     return tuple(rows)
 
 
+def _timed(record: ExchangeRecord, cap: Capture) -> Capture:
+    """The capture with per-token timing kept only if the answer was streamed to it
+    (an unstreamed answer's TTFT is its E2E), as the store's aggregates count it."""
+    streamed = record.meta.stream and (
+        cap.role != "baseline" or bool(record.extra.get("baseline_streamed", True))
+    )
+    return cap if streamed else replace(cap, ttft_s=None, itl_s=())
+
+
+def latency_samples(records: Iterable[ExchangeRecord]) -> dict[str, LatencySamples]:
+    """Per-role latency samples: E2E of every answer, TTFT/ITL/TPOT of streamed ones."""
+    by_role: dict[str, list[Capture]] = {}
+    for record in records:
+        for cap in record.captures:
+            by_role.setdefault(cap.role, []).append(_timed(record, cap))
+    return {role: LatencySamples.from_captures(caps) for role, caps in by_role.items()}
+
+
 def build_report(
     records: Iterable[ExchangeRecord],
     criteria: GateCriteria | None = None,
     verdict: Verdict | None = None,
+    latency: Mapping[str, LatencySamples] | None = None,
 ) -> Report:
     """Fold records into a `Report`. The verdict is the gate's (`proxy.compare.gate`):
-    `verdict` when given, else evaluated on these records with `criteria`."""
+    `verdict` when given, else evaluated on these records with `criteria`; `latency`
+    (the samples the gate judged) when given, else taken from the records."""
     records = list(records)
     if verdict is None:
         verdict = evaluate(GateInputs.from_records(records), criteria)
@@ -216,7 +236,11 @@ def build_report(
                 sampled.setdefault(cap.role, []).append(cap)
         for comp in record.comparisons:
             pairs.setdefault(comp.against, []).append((record, comp))
-    latency = {role: LatencySamples.from_captures(caps) for role, caps in by_role.items()}
+    if latency is None:
+        latency = latency_samples(records)
+    latency = {
+        role: latency.get(role, LatencySamples()) for role in ("primary", "shadow", "baseline")
+    }
     sampled_roles = {role: _role(role, caps) for role, caps in sampled.items() if caps}
     return Report(
         samples=samples,

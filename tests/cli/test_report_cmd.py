@@ -40,7 +40,7 @@ def _record(i: int, diverged: bool) -> ExchangeRecord:
         for against in ("shadow", "baseline")
     )
     caps = (_capture("primary", 0.02), _capture("shadow", 0.03), _capture("baseline", 0.02))
-    meta = RequestMeta("completions", False, True, f"{i:064x}", 10, 10)
+    meta = RequestMeta("completions", True, True, f"{i:064x}", 10, 10)
     return ExchangeRecord(f"r{i}", 1.0 + i, meta, caps, comps)
 
 
