@@ -99,7 +99,7 @@ def sim_knobs(config: DemoConfig) -> dict[str, list[str]]:
     regression = config.scenario == "regression"
     return {
         "old": _sim_args("0.31.0-sim", 15, 0.0, 1),
-        "new": _sim_args("0.32.0-sim", 45 if regression else 15, 0.08 if regression else 0.02, 2),
+        "new": _sim_args("0.32.0-sim", 60 if regression else 15, 0.08 if regression else 0.02, 2),
         "baseline": _sim_args("0.31.0-sim", 15, 0.02, 3),
     }
 
