@@ -24,6 +24,7 @@ from typing import Any, Literal
 from proxy.demo.processes import (
     Child,
     DemoError,
+    child_env,
     free_port,
     sim_ready,
     spawn_sim,
@@ -111,6 +112,7 @@ def start_launcher_dry_run() -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env=child_env(),
     )
 
 
