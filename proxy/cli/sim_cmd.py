@@ -55,34 +55,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="length range of answers that stop by themselves (default 16:128)",
     )
     add(
-        "--divergence-rate",
-        type=float,
-        default=0.0,
-        metavar="F",
-        help="fraction of deterministic requests whose tokens diverge",
-    )
-    add(
         "--divergence-at",
         type=int,
         default=None,
         metavar="N",
         help="token index of the divergence (default: chosen by the prompt hash)",
     )
-    add("--error-rate", type=float, default=0.0, metavar="F", help="fraction answered HTTP 500")
-    add(
-        "--reset-rate",
-        type=float,
-        default=0.0,
-        metavar="F",
-        help="fraction whose connection is dropped mid-answer",
+    rates = (
+        ("--divergence-rate", "fraction of deterministic requests whose tokens diverge"),
+        ("--error-rate", "fraction answered HTTP 500"),
+        ("--reset-rate", "fraction whose connection is dropped mid-answer"),
+        ("--garbage-rate", "fraction with invalid SSE (or truncated JSON)"),
     )
-    add(
-        "--garbage-rate",
-        type=float,
-        default=0.0,
-        metavar="F",
-        help="fraction with invalid SSE (or truncated JSON)",
-    )
+    for flag, text in rates:
+        add(flag, type=float, default=0.0, metavar="F", help=text)
     add("--seed", type=int, default=0, help="seed of faults, divergence and sampling")
     parser.set_defaults(func=_run)
 
