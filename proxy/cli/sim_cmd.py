@@ -1,4 +1,4 @@
-"""`vllm-cutover sim` (not built yet)."""
+"""`vllm-cutover sim`: run a simulated OpenAI-compatible vLLM server."""
 
 from __future__ import annotations
 
@@ -6,11 +6,86 @@ import argparse
 import sys
 
 
+def _natural_range(value: str) -> tuple[int, int]:
+    low, sep, high = value.partition(":")
+    try:
+        return (int(low), int(high)) if sep else (int(low), int(low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN:MAX token counts, got {value!r}") from None
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("sim", help="(not built yet)")
+    parser = subparsers.add_parser(
+        "sim",
+        help="run a simulated vLLM (OpenAI API, deterministic tokens, injectable faults)",
+        description=(
+            "A simulated vLLM OpenAI-compatible server for demos, tests and benchmarks: "
+            "/v1/completions and /v1/chat/completions (streaming or not), /health, /version, "
+            "/v1/models, /tokenize, /detokenize, /metrics. Deterministic requests "
+            "(temperature 0 or a seed) get tokens derived from the prompt hash."
+        ),
+    )
+    add = parser.add_argument
+    add("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
+    add(
+        "--port",
+        type=int,
+        default=8000,
+        metavar="P",
+        help="listen port; 0 picks a free one (the ready line on stdout says which)",
+    )
+    add("--model-name", default="sim-model", metavar="NAME", help="served model name")
+    add("--version", default="0.32.0-sim", metavar="V", help="what /version reports")
+    add("--max-model-len", type=int, default=4096, metavar="N", help="context length")
+    add("--ttft-ms", type=float, default=0.0, metavar="MS", help="time to first token")
+    add(
+        "--itl-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="inter-token latency (0: stream as fast as possible, batched writes)",
+    )
+    add("--jitter", type=float, default=0.0, metavar="F", help="relative jitter of each delay")
+    add("--tokens-per-chunk", type=int, default=1, metavar="N", help="tokens per SSE event")
+    add(
+        "--natural-tokens",
+        type=_natural_range,
+        default=(16, 128),
+        metavar="MIN:MAX",
+        help="length range of answers that stop by themselves (default 16:128)",
+    )
+    add(
+        "--divergence-at",
+        type=int,
+        default=None,
+        metavar="N",
+        help="token index of the divergence (default: chosen by the prompt hash)",
+    )
+    rates = (
+        ("--divergence-rate", "fraction of deterministic requests whose tokens diverge"),
+        ("--error-rate", "fraction answered HTTP 500"),
+        ("--reset-rate", "fraction whose connection is dropped mid-answer"),
+        ("--garbage-rate", "fraction with invalid SSE (or truncated JSON)"),
+    )
+    for flag, text in rates:
+        add(flag, type=float, default=0.0, metavar="F", help=text)
+    add("--seed", type=int, default=0, help="seed of faults, divergence and sampling")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    print("vllm-cutover sim: not built yet", file=sys.stderr)
-    return 2
+    from dataclasses import fields
+
+    from proxy.sim.config import SimConfig, SimConfigError
+
+    known = {f.name for f in fields(SimConfig)}
+    values = {name: value for name, value in vars(args).items() if name in known}
+    values["min_natural_tokens"], values["max_natural_tokens"] = args.natural_tokens
+    try:
+        config = SimConfig(**values)
+    except SimConfigError as exc:
+        print(f"vllm-cutover sim: {exc}", file=sys.stderr)
+        return 2
+    from proxy.sim.server import serve
+
+    return serve(config)
