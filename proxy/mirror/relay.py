@@ -101,7 +101,7 @@ async def relay(
     makes vLLM abort the generation, and the CancelledError propagates.
     """
     try:
-        upstream_resp = await upstream.session.request(
+        upstream_resp = await upstream.http.request(
             request.method, upstream_url(upstream, request), headers=headers,
             data=body if body else None, allow_redirects=False,
         )
