@@ -50,20 +50,6 @@ class Sampler:
         return self._random() < self.rate
 
 
-def classify_error(exc: BaseException) -> str:
-    """A short, bounded name for what went wrong talking to a backend."""
-    if isinstance(exc, asyncio.TimeoutError):
-        return "timeout"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return "connect"
-    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-                        ConnectionResetError, aiohttp.ClientOSError)):
-        return "reset"
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return "bad_response"
-    return "client_error"
-
-
 async def fetch_capture(
     upstream: Upstream,
     role: Role,
