@@ -17,7 +17,7 @@ CHUNKED = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
            + EVENTS[16:] + b"\r\n0\r\nX-Trailer: y\r\n\r\n")
 
 
-def _feed_all(answer: bytes, cut: int) -> tuple[int, bytes, list[str]]:
+def _feed_all(answer: bytes, cut: int, lose: bool = False) -> tuple[int, bytes, list[str]]:
     """Drive a connection with `answer` split at `cut`; return status, payload, content type."""
     loop = asyncio.new_event_loop()
     try:
@@ -40,6 +40,8 @@ def _feed_all(answer: bytes, cut: int) -> tuple[int, bytes, list[str]]:
             done = conn.start(b"req", on_head, lambda: None, 1 << 20)
             conn.data_received(answer[:cut])
             conn.data_received(answer[cut:])
+            if lose:  # the server closes in the same loop pass as its last bytes
+                conn.connection_lost(None)
             return await asyncio.wait_for(done, 1)
 
         status = loop.run_until_complete(run())
@@ -52,6 +54,11 @@ def _feed_all(answer: bytes, cut: int) -> tuple[int, bytes, list[str]]:
 def test_chunked_any_split(cut):
     status, payload, types = _feed_all(CHUNKED, cut)
     assert (status, payload, types) == (200, EVENTS, ["text/event-stream"])
+
+
+def test_close_delimited_same_pass_keeps_all_payload():
+    answer = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + EVENTS
+    assert _feed_all(answer, 40, lose=True)[:2] == (200, EVENTS)
 
 
 def test_content_length():
