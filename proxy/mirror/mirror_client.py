@@ -25,6 +25,7 @@ Probe = Callable[[], "str | None"]  # an error that makes reading stop early, or
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE_S = 4.0  # below uvicorn's (vLLM's) 5 s keep-alive: never reuse a closing socket
+DOWN_S = 0.5  # after a refused connect, fail fast (no syscalls) for this long
 _SIZE, _DATA, _CRLF, _TRAILER = range(4)
 
 
@@ -242,9 +243,12 @@ class MirrorPool:
         self.connect_timeout_s = connect_timeout_s
         self._idle: list[MirrorConnection] = []
         self._closed = False
+        self._down_until = 0.0
 
     async def _connection(self) -> MirrorConnection:
         now = time.monotonic()
+        if now < self._down_until:
+            raise MirrorError("connect")  # a dead shadow costs the proxy next to nothing
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed and now - conn.idle_since < MAX_IDLE_S:
@@ -256,6 +260,7 @@ class MirrorPool:
                 MirrorConnection, self.host, self.port, ssl=True if self.https else None,
             ), self.connect_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
+            self._down_until = time.monotonic() + DOWN_S
             raise MirrorError("connect") from exc
         return conn
 

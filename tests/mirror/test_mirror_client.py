@@ -188,3 +188,34 @@ def test_works_on_uvloop():
         assert loop.run_until_complete(main()) == (200, EVENTS)
     finally:
         loop.close()
+
+
+async def test_dead_backend_fails_fast_then_retries(monkeypatch):
+    import socket
+
+    from proxy.mirror import mirror_client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pool = MirrorPool(f"http://127.0.0.1:{port}")
+    attempts = 0
+    real = asyncio.get_running_loop().create_connection
+
+    async def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal attempts
+        attempts += 1
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", counting)
+    for _ in range(5):
+        with pytest.raises(MirrorError, match="connect"):
+            await pool.post("/", CIMultiDict(), b"", lambda s, c: lambda d, t: None,
+                            lambda: None, 1 << 20)
+    assert attempts == 1  # the other four failed without touching the network
+    monkeypatch.setattr(mirror_client, "DOWN_S", 0.0)
+    pool._down_until = 0.0
+    with pytest.raises(MirrorError, match="connect"):
+        await pool.post("/", CIMultiDict(), b"", lambda s, c: lambda d, t: None,
+                        lambda: None, 1 << 20)
+    assert attempts == 2
