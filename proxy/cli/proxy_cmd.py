@@ -7,6 +7,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from proxy.cli.gate_args import add_gate_arguments, gate_criteria
+
 if TYPE_CHECKING:
     from proxy.mirror.config import ProxyConfig
 
@@ -50,15 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--admin-host", default="127.0.0.1", help="admin address (default loopback)")
     p.add_argument("--admin-token", metavar="T",
                    help=f"bearer token for mutating admin calls (or env {TOKEN_ENV})")
-    g = p.add_argument_group("promotion gate (GET /admin/gate)")
-    g.add_argument("--gate-min-samples", type=int, default=50, metavar="N",
-                   help="deterministic requests compared before a verdict (default %(default)s)")
-    g.add_argument("--gate-max-excess-divergence", type=float, default=0.05, metavar="F",
-                   help="allowed match-rate drop below the baseline's (default %(default)s)")
-    g.add_argument("--gate-min-match-rate", type=float, default=0.90, metavar="F",
-                   help="match rate needed without a baseline (default %(default)s)")
-    g.add_argument("--gate-require-baseline", action="store_true",
-                   help="no pass without old-vs-old noise measured on a baseline")
+    add_gate_arguments(p, "promotion gate (GET /admin/gate)")
     p.add_argument("--metrics-path", default="/_vllm_cutover/metrics", metavar="PATH",
                    help="the proxy's own metrics on the client port ('' for admin port only); "
                         "/metrics there is the primary's (default %(default)s)")
@@ -69,7 +63,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def build_config(args: argparse.Namespace) -> ProxyConfig:
     """The only place argparse values become configuration (validated there)."""
-    from proxy.compare.gate import GateCriteria
     from proxy.mirror.config import (
         AdminConfig,
         MirrorConfig,
@@ -93,12 +86,7 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
                           store_text=args.store_text),
         admin=AdminConfig(host=args.admin_host, port=args.admin_port,
                           token=args.admin_token or os.environ.get(TOKEN_ENV) or None),
-        gate=GateCriteria(
-            min_samples=args.gate_min_samples,
-            max_excess_divergence=args.gate_max_excess_divergence,
-            min_match_rate=args.gate_min_match_rate,
-            require_baseline=args.gate_require_baseline,
-        ),
+        gate=gate_criteria(args),
         max_body_bytes=args.max_body_bytes,
         main_metrics_path=args.metrics_path or None,
         drain_timeout_s=args.drain_timeout,

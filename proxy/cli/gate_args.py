@@ -1,0 +1,33 @@
+"""Promotion-gate options shared by `proxy` (live gate) and `report` (offline verdict)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from proxy.compare.gate import GateCriteria
+
+
+def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
+    group = parser.add_argument_group(title)
+    group.add_argument("--gate-min-samples", type=int, default=50, metavar="N",
+                       help="deterministic requests compared before a verdict (default %(default)s)")
+    group.add_argument("--gate-max-excess-divergence", type=float, default=0.05, metavar="F",
+                       help="allowed match-rate drop below the baseline's (default %(default)s)")
+    group.add_argument("--gate-min-match-rate", type=float, default=0.90, metavar="F",
+                       help="match rate needed without a baseline (default %(default)s)")
+    group.add_argument("--gate-require-baseline", action="store_true",
+                       help="no pass without old-vs-old noise measured on a baseline")
+
+
+def gate_criteria(args: argparse.Namespace) -> GateCriteria:
+    """Validated criteria; GateCriteria raises ValueError quoting a bad value."""
+    from proxy.compare.gate import GateCriteria
+
+    return GateCriteria(
+        min_samples=args.gate_min_samples,
+        max_excess_divergence=args.gate_max_excess_divergence,
+        min_match_rate=args.gate_min_match_rate,
+        require_baseline=args.gate_require_baseline,
+    )
