@@ -88,12 +88,8 @@ class ServerProcess:
                     f"server exited with {self.proc.returncode} before ready; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
-            try:
-                with urllib.request.urlopen(self.url + path, timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
+            if http_ok(self.url + path):
+                return
             time.sleep(0.5)
         raise TimeoutError(
             f"{self.url}{path} not ready after {timeout_s:.0f} s; "
@@ -112,6 +108,15 @@ class ServerProcess:
         _signal_group(self.proc.pid, signal.SIGKILL)
         if self.proc.poll() is None:
             self.proc.wait(timeout=10)
+
+
+def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """True when GET `url` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -14,10 +14,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class VllmSpec:
-    """What to serve: the same spec twice in a session means the same server."""
+    """What to serve: the same spec twice in a session means the same server.
+
+    `replica` tells apart servers that are otherwise identical (old and baseline both
+    serve the same model under the same name, as the proxy needs)."""
 
     model_dir: Path
     name: str = "tiny"
+    replica: int = 0
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
 
@@ -50,11 +54,12 @@ class VllmServerFactory:
         model_dir: Path,
         name: str = "tiny",
         *,
+        replica: int = 0,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> VllmServer:
-        spec = VllmSpec(model_dir, name, tuple(extra_args), tuple(sorted((env or {}).items())))
-        return self.start_many([spec])[0]
+        env_items = tuple(sorted((env or {}).items()))
+        return self.start_many([VllmSpec(model_dir, name, replica, tuple(extra_args), env_items)])[0]
 
     def start_many(self, specs: Sequence[VllmSpec]) -> list[VllmServer]:
         """Spawn every spec not yet running, then wait for all: start-ups overlap."""
@@ -65,19 +70,19 @@ class VllmServerFactory:
             port = free_port()
             argv = [self.python, *api_server_args(spec.model_dir, spec.name, port),
                     *spec.extra_args]
-            log_path = self.log_dir / f"vllm-{spec.name}-{port}.log"
-            fresh.append((spec, spawn(argv, port=port, log_path=log_path, env=dict(spec.env)),
-                          port))
-        for spec, proc, port in fresh:
-            try:
+            log_path = self.log_dir / f"vllm-{spec.name}-{spec.replica}-{port}.log"
+            proc = spawn(argv, port=port, log_path=log_path, env=dict(spec.env))
+            fresh.append((spec, proc, port))
+        try:
+            for spec, proc, port in fresh:
                 proc.wait_ready()
-            except BaseException:
-                for _, other, _ in fresh:
-                    other.stop()
-                raise
-            server = VllmServer(spec, proc.url, port, proc.pid, proc.log_path)
-            self._running[spec] = (proc, server)
-            logger.info("vLLM %r ready at %s (log %s)", spec.name, proc.url, proc.log_path)
+                logger.info("vLLM %r ready at %s (log %s)", spec.name, proc.url, proc.log_path)
+        except BaseException:
+            for _, proc, _ in fresh:
+                proc.stop()
+            raise
+        for spec, proc, port in fresh:
+            self._running[spec] = (proc, VllmServer(spec, proc.url, port, proc.pid, proc.log_path))
         return [self._running[spec][1] for spec in specs]
 
     def stop(self, server: VllmServer) -> None:
