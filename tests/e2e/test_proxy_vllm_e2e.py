@@ -239,6 +239,25 @@ def test_identical_servers_give_zero_divergence(identical_traffic: Traffic) -> N
     assert not any(r.startswith("fail") for r in verdict["reasons"]), verdict["reasons"]
 
 
+@pytest.mark.xfail(strict=True, reason="mirror bug: the store counts sampled requests as "
+                   "not_comparable (stats.sampled stays 0), the report counts them as sampled")
+def test_stats_and_report_count_sampled_requests_alike(identical_traffic: Traffic) -> None:
+    sampled = identical_traffic.sent - identical_traffic.deterministic
+    report = identical_traffic.proxy.report_json()
+    assert report["shadow"]["sampled"] == sampled
+    assert identical_traffic.stats["shadow"]["sampled"] == sampled
+
+
+@pytest.mark.xfail(strict=True, reason="mirror bug: a streamed primary answer without usage has "
+                   "no output_tokens (no TPOT), a non-streamed one gives TPOT 0")
+def test_old_and_new_latency_samples_are_alike(identical_traffic: Traffic) -> None:
+    """Same traffic, twin servers: both sides must have the same kind and number of samples."""
+    latency = identical_traffic.proxy.admin("/admin/gate").json()["details"]["latency"]
+    old, new = latency["old"]["tpot"], latency["new"]["tpot"]
+    assert old["n"] == new["n"] > 0
+    assert old["p50_s"] > 0 and new["p50_s"] > 0
+
+
 def test_a_server_that_computes_differently_is_caught(different_traffic: Traffic) -> None:
     traffic, proxy = different_traffic, different_traffic.proxy
     shadow, baseline = traffic.stats["shadow"], traffic.stats["baseline"]
@@ -269,6 +288,26 @@ def test_a_server_that_computes_differently_is_caught(different_traffic: Traffic
     verdict = gate.json()
     assert verdict["verdict"] != "pass"
     assert verdict["diverged"] == shadow["diverged"]
+
+
+def test_gate_fails_a_diverging_shadow_without_baseline(trio: Trio, tmp_path: Path) -> None:
+    """No baseline: the absolute match-rate threshold applies, and 10 samples suffice to fail."""
+    batch = deterministic_batch()[:10]
+    with start_proxy(tmp_path, trio.old_a.url, trio.different.url,
+                     extra_args=["--gate-min-samples", "10"]) as proxy:
+        for endpoint, body in batch:
+            assert http_request("POST", proxy.url + path_of(endpoint), body).status == 200
+        wait_for(lambda: settled(proxy, len(batch), ("shadow",)), SETTLE_TIMEOUT_S,
+                 "the batch compared")
+        gate = proxy.admin("/admin/gate")
+        verdict = gate.json()
+        assert gate.status == 409
+        assert verdict["verdict"] == "fail", verdict["reasons"]
+        assert verdict["samples"] == len(batch)
+        assert verdict["reasons"][0].startswith("fail: new-vs-old match rate"), verdict["reasons"]
+        samples = scrape(proxy)
+        assert total(samples, "vllm_cutover_verdict", verdict="fail") == 1
+        assert total(samples, "vllm_cutover_verdict", verdict="pass") == 0
 
 
 def scrape(proxy: RunningProxy) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
