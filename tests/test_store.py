@@ -18,8 +18,8 @@ def _capture(role: Role, text: str = "secret completion", **kw: Any) -> Capture:
 
 
 def _record(i: int, outcome: str = "match", deterministic: bool = True,
-            baseline: bool = False) -> ExchangeRecord:
-    meta = RequestMeta(endpoint="chat", stream=True, deterministic=deterministic,
+            baseline: bool = False, stream: bool = True) -> ExchangeRecord:
+    meta = RequestMeta(endpoint="chat", stream=stream, deterministic=deterministic,
                        prompt_sha256="ab" * 32, prompt_chars=12, max_tokens=16, logprobs_k=5)
     comparisons = [Comparison("shadow", outcome, outcome == "match",
                               None if outcome == "match" else 2, 0 if outcome == "match" else 1,
@@ -112,3 +112,14 @@ def test_gate_inputs_from_aggregates(tmp_path):
     assert inputs.baseline_vs_old is not None and inputs.baseline_vs_old.compared == 1
     assert inputs.requests == {"primary": 2, "shadow": 2, "baseline": 1}
     assert inputs.latency["primary"].ttft_s == (0.1, 0.1)
+
+
+def test_per_token_latency_only_from_streamed_answers(tmp_path):
+    store = SqliteStore(str(tmp_path / "r.db"))
+    unstreamed_baseline = _record(2, baseline=True)
+    unstreamed_baseline.extra["baseline_streamed"] = False
+    store.write([_record(1, stream=False), unstreamed_baseline])
+    latency = store.aggregates().latency
+    assert (len(latency["primary"].ttft_s), len(latency["primary"].e2e_s)) == (1, 2)
+    assert len(latency["primary"].tpot_s) == 1
+    assert (len(latency["baseline"].ttft_s), len(latency["baseline"].e2e_s)) == (0, 1)

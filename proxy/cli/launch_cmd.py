@@ -34,7 +34,8 @@ GPUs where the version has it, FlashInfer CUTLASS on SM120-family, Marlin below 
 preserve keeps the nearest equivalent of what the old command asked for. From vLLM 0.30 the
 NVFP4 choice goes to --kernel-config linear_backend_per_quant, which touches NVFP4 layers
 only (--linear-backend would apply to every quantized linear layer). A new-style setting
-already in the command wins over a translated old one.
+already in the command wins over a translated old one. Settings the target version accepts
+as written are left alone, whatever the policy.
 
 exit codes: 0 dry run done; 2 bad input (entry form, values, config file, version) or
 arguments vLLM's parser rejects; 3 preflight found that the chosen kernel cannot work here;

@@ -19,23 +19,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--db", required=True, metavar="PATH", help="the proxy's SQLite file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--html", metavar="OUT.html", help="also write the offline HTML report")
-    parser.add_argument(
-        "--min-samples",
+    gate = parser.add_argument_group("promotion gate (same criteria as the proxy's)")
+    gate.add_argument(
+        "--gate-min-samples",
         type=int,
-        default=None,
+        default=50,
         metavar="N",
-        help="gate criterion: deterministic comparisons needed for a verdict (default: gate's)",
+        help="deterministic requests compared before a verdict (default %(default)s)",
+    )
+    gate.add_argument(
+        "--gate-max-excess-divergence",
+        type=float,
+        default=0.05,
+        metavar="F",
+        help="allowed match-rate drop below the baseline's (default %(default)s)",
+    )
+    gate.add_argument(
+        "--gate-min-match-rate",
+        type=float,
+        default=0.90,
+        metavar="F",
+        help="match rate needed without a baseline (default %(default)s)",
+    )
+    gate.add_argument(
+        "--gate-require-baseline",
+        action="store_true",
+        help="no pass without old-vs-old noise measured on a baseline",
     )
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from proxy.compare.gate import GateCriteria
     from proxy.report.build import ReportInputError, write_report
 
     try:
-        rendered = write_report(
-            args.db, as_json=args.json, html_path=args.html, min_samples=args.min_samples
+        criteria = GateCriteria(
+            min_samples=args.gate_min_samples,
+            max_excess_divergence=args.gate_max_excess_divergence,
+            min_match_rate=args.gate_min_match_rate,
+            require_baseline=args.gate_require_baseline,
         )
+        rendered = write_report(args.db, as_json=args.json, html_path=args.html, criteria=criteria)
     except (ReportInputError, ValueError, OSError) as exc:
         print(f"vllm-cutover report: {exc}", file=sys.stderr)
         return 2

@@ -25,43 +25,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(temperature 0 or a seed) get tokens derived from the prompt hash."
         ),
     )
-    parser.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8000, help="listen port (default: %(default)s)")
-    parser.add_argument("--model-name", default="sim-model", help="served model name")
-    parser.add_argument(
-        "--version", dest="version", default="0.32.0-sim", help="what /version reports"
+    add = parser.add_argument
+    add("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
+    add(
+        "--port",
+        type=int,
+        default=8000,
+        metavar="P",
+        help="listen port; 0 picks a free one (the ready line on stdout says which)",
     )
-    parser.add_argument("--max-model-len", type=int, default=4096)
-    parser.add_argument("--ttft-ms", type=float, default=0.0, help="time to first token")
-    parser.add_argument("--itl-ms", type=float, default=0.0, help="inter-token latency")
-    parser.add_argument(
-        "--jitter", type=float, default=0.0, help="relative jitter of each delay, 0..1"
+    add("--model-name", default="sim-model", metavar="NAME", help="served model name")
+    add("--version", default="0.32.0-sim", metavar="V", help="what /version reports")
+    add("--max-model-len", type=int, default=4096, metavar="N", help="context length")
+    add("--ttft-ms", type=float, default=0.0, metavar="MS", help="time to first token")
+    add(
+        "--itl-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="inter-token latency (0: stream as fast as possible, batched writes)",
     )
-    parser.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per SSE event")
-    parser.add_argument(
+    add("--jitter", type=float, default=0.0, metavar="F", help="relative jitter of each delay")
+    add("--tokens-per-chunk", type=int, default=1, metavar="N", help="tokens per SSE event")
+    add(
         "--natural-tokens",
         type=_natural_range,
         default=(16, 128),
         metavar="MIN:MAX",
         help="length range of answers that stop by themselves (default 16:128)",
     )
-    parser.add_argument(
-        "--divergence-rate",
-        type=float,
-        default=0.0,
-        help="fraction of deterministic requests whose tokens diverge",
+    add(
+        "--divergence-at",
+        type=int,
+        default=None,
+        metavar="N",
+        help="token index of the divergence (default: chosen by the prompt hash)",
     )
-    parser.add_argument(
-        "--divergence-at", type=int, default=None, help="token index of the divergence"
+    rates = (
+        ("--divergence-rate", "fraction of deterministic requests whose tokens diverge"),
+        ("--error-rate", "fraction answered HTTP 500"),
+        ("--reset-rate", "fraction whose connection is dropped mid-answer"),
+        ("--garbage-rate", "fraction with invalid SSE (or truncated JSON)"),
     )
-    parser.add_argument("--error-rate", type=float, default=0.0, help="fraction answered HTTP 500")
-    parser.add_argument("--reset-rate", type=float, default=0.0, help="fraction dropped mid-answer")
-    parser.add_argument(
-        "--garbage-rate", type=float, default=0.0, help="fraction with invalid SSE/JSON"
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed of faults, divergence and sampling"
-    )
+    for flag, text in rates:
+        add(flag, type=float, default=0.0, metavar="F", help=text)
+    add("--seed", type=int, default=0, help="seed of faults, divergence and sampling")
     parser.set_defaults(func=_run)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import select
 import socket
@@ -17,6 +18,9 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import proxy
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,7 @@ class Child:
     name: str
     process: subprocess.Popen[str]
     url: str
+    admin_url: str | None = None
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         if self.process.poll() is None:
@@ -54,12 +59,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def child_env() -> dict[str, str]:
+    """This environment, with this `proxy` package importable from any working directory."""
+    root = str(Path(proxy.__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def _spawn(argv: Sequence[str], capture_stdout: bool) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "proxy", "--log-level", "WARNING", *argv],
         stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env=child_env(),
     )
 
 
@@ -92,7 +106,7 @@ def start_proxy(argv: Sequence[str], port: int, admin_port: int) -> Child:
         ["proxy", "--host", LOOPBACK, "--port", str(port), "--admin-port", str(admin_port), *argv],
         capture_stdout=False,
     )
-    return Child("proxy", process, f"http://{LOOPBACK}:{port}")
+    return Child("proxy", process, f"http://{LOOPBACK}:{port}", f"http://{LOOPBACK}:{admin_port}")
 
 
 async def wait_http(child: Child, url: str, timeout_s: float = 20.0) -> None:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from proxy.demo.processes import (
     Child,
     DemoError,
+    child_env,
     free_port,
     sim_ready,
     spawn_sim,
@@ -99,21 +100,29 @@ def sim_knobs(config: DemoConfig) -> dict[str, list[str]]:
     regression = config.scenario == "regression"
     return {
         "old": _sim_args("0.31.0-sim", 15, 0.0, 1),
-        "new": _sim_args("0.32.0-sim", 45 if regression else 15, 0.08 if regression else 0.02, 2),
+        "new": _sim_args("0.32.0-sim", 60 if regression else 15, 0.08 if regression else 0.02, 2),
         "baseline": _sim_args("0.31.0-sim", 15, 0.02, 3),
     }
 
 
-def launcher_dry_run() -> str:
-    done = subprocess.run(
+def start_launcher_dry_run() -> subprocess.Popen[str]:
+    """Start the launcher's dry run now (it checks the GPU stack: seconds); read it later."""
+    return subprocess.Popen(
         [sys.executable, "-m", "proxy", *LAUNCH_EXAMPLE],
-        check=False,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=60,
+        env=child_env(),
     )
-    out = (done.stdout + done.stderr).rstrip()
-    return f"$ vllm-cutover {' '.join(LAUNCH_EXAMPLE)}\n{out}\n(exit {done.returncode})"
+
+
+def launcher_output(process: subprocess.Popen[str], timeout_s: float = 90.0) -> str:
+    try:
+        out, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, _ = process.communicate()
+    return f"$ vllm-cutover {' '.join(LAUNCH_EXAMPLE)}\n{out.rstrip()}\n(exit {process.returncode})"
 
 
 async def _get_json(url: str) -> tuple[int, Any]:
@@ -185,6 +194,39 @@ async def _drive(
     return {"status": status, "gate": gate, "direct_same": same, "direct_checked": len(checks)}
 
 
+def _start_backends(config: DemoConfig, db_path: str, children: list[Child]) -> list[str]:
+    """Start old, new, baseline and the proxy (appended to `children`); lines to print."""
+    knobs = sim_knobs(config)
+    spawned = {name: spawn_sim(args) for name, args in knobs.items()}
+    lines = [f"\n== 2. Simulated backends (scenario: {config.scenario})"]
+    for name, process in spawned.items():
+        children.append(sim_ready(name, process))
+        lines.append(f"  {name:<8} {children[-1].url}  vllm-cutover sim {' '.join(knobs[name])}")
+    old, new, baseline = children
+    port, admin_port = free_port(), free_port()
+    routes = ["--primary", old.url, "--shadow", new.url, "--baseline", baseline.url]
+    children.append(start_proxy([*routes, "--db", db_path], port, admin_port))
+    lines += [
+        "\n== 3. The mirroring proxy and client traffic",
+        (
+            f"  vllm-cutover proxy --port {port} --admin-port {admin_port} {' '.join(routes)}"
+            f" --db {db_path}"
+        ),
+    ]
+    return lines
+
+
+def _show_gate(admin_url: str, outcome: dict[str, Any], say: Callable[[str], None]) -> None:
+    gate = outcome["gate"]
+    say(f"\n== 4. Live gate: GET {admin_url}/admin/gate -> HTTP {outcome['status']}")
+    say(
+        f"  verdict: {gate.get('verdict')}  samples: {gate.get('samples')}  "
+        f"compared: {gate.get('compared')}  diverged: {gate.get('diverged')}  "
+        f"baseline: {json.dumps(gate.get('baseline'))}"
+    )
+    say("\n".join(f"  - {reason}" for reason in gate.get("reasons", [])))
+
+
 def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
     from proxy.report.build import report_from_db
     from proxy.report.html import render_html
@@ -196,42 +238,26 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
     db_path, html_path = os.path.join(out_dir, "records.db"), os.path.join(out_dir, "report.html")
     if os.path.exists(db_path):
         os.remove(db_path)
-    if config.launcher:
-        say("== 1. The launcher keeps the old launch command working (dry run)")
-        say(launcher_dry_run())
-    say(f"\n== 2. Simulated backends (scenario: {config.scenario})")
-    knobs = sim_knobs(config)
+    launcher = start_launcher_dry_run() if config.launcher else None
     children: list[Child] = []
     try:
-        spawned = {name: spawn_sim(args) for name, args in knobs.items()}
-        for name, process in spawned.items():
-            children.append(sim_ready(name, process))
-            say(f"  {name:<8} {children[-1].url}  vllm-cutover sim {' '.join(knobs[name])}")
-        old, new, baseline = children
-        port, admin_port = free_port(), free_port()
-        proxy_args = [
-            "--primary",
-            old.url,
-            "--shadow",
-            new.url,
-            "--baseline",
-            baseline.url,
-            "--db",
-            db_path,
-        ]
-        say("\n== 3. The mirroring proxy and client traffic")
-        proxy = start_proxy(proxy_args, port, admin_port)
-        children.append(proxy)
-        say(f"  vllm-cutover proxy --port {port} --admin-port {admin_port} {' '.join(proxy_args)}")
-        admin_url = f"http://127.0.0.1:{admin_port}"
-        outcome = asyncio.run(_drive(config, proxy, old, admin_url, say))
-        say(f"\n== 4. Live gate: GET {admin_url}/admin/gate -> HTTP {outcome['status']}")
-        say(json.dumps(outcome["gate"], indent=2, default=str)[:3000])
+        lines = _start_backends(config, db_path, children)
+        if launcher is not None:
+            say("== 1. The launcher keeps the old launch command working (dry run)")
+            say(launcher_output(launcher))
+        say("\n".join(lines))
+        proxy = children[-1]
+        admin_url = proxy.admin_url or ""
+        outcome = asyncio.run(_drive(config, proxy, children[0], admin_url, say))
+        _show_gate(admin_url, outcome, say)
         proxy.stop(timeout_s=30)
     except DemoError as exc:
         say(f"demo failed: {exc}")
         return 1
     finally:
+        if launcher is not None and launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
         for child in reversed(children):
             child.stop()
     report = report_from_db(db_path)

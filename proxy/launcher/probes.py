@@ -92,8 +92,14 @@ def flashinfer_version() -> str | None:
         return None
 
 
-def mm_fp4_supported(fi_backend: str, cc: tuple[int, int]) -> tuple[bool, str]:
-    """(supported, source): ask FlashInfer when importable, else the facts table."""
+def mm_fp4_supported(
+    fi_backend: str, cc: tuple[int, int], ask_flashinfer: bool = True
+) -> tuple[bool, str]:
+    """(supported, source): ask FlashInfer when wanted and importable, else the facts
+    table. Importing flashinfer (and torch) takes seconds: callers planning for a GPU
+    that is not on this host pass ask_flashinfer=False."""
+    if not ask_flashinfer:
+        return gpus.table_supports(fi_backend, cc), "FlashInfer 0.7 support table"
     try:
         import flashinfer
 

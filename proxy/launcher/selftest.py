@@ -14,13 +14,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
 
 from proxy.launcher import nvfp4
-from proxy.launcher.gpus import flashinfer_backend_name, gpu_family, vllm_kernel_for
+from proxy.launcher.gpus import (
+    flashinfer_backend_name,
+    gpu_family,
+    normalize_backend,
+    vllm_kernel_for,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +53,7 @@ class SelfTestResult:
     shape_mnk: tuple[int, int, int]
     figures: dict[str, float] = field(default_factory=dict)
     errors: tuple[str, ...] = ()
+    note: str | None = None  # what the self-test did not exercise, and why
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +65,7 @@ class SelfTestResult:
             "shape_mnk": list(self.shape_mnk),
             "figures": {k: round(v, 6) for k, v in self.figures.items()},
             "errors": list(self.errors),
+            "note": self.note,
         }
 
 
@@ -80,13 +87,29 @@ def run_self_test(
     a = torch.randn((m, k), generator=generator, device=device).to(torch.bfloat16)
     b = torch.randn((n, k), generator=generator, device=device).to(torch.bfloat16)
 
-    fi_backend = flashinfer_backend_name(linear_backend)
-    if cuda and gpu_family(compute_capability) in ("sm100", "sm120"):
+    backend, note = choose_path(cuda, compute_capability, linear_backend)
+    if backend is not None:
         flashinfer = _import_flashinfer()
         if flashinfer is not None:
-            backend = fi_backend or "cutlass"
-            return _flashinfer_path(flashinfer, a, b, backend, label, kernel)
-    return _reference_path(a, b, label, kernel)
+            return replace(_flashinfer_path(flashinfer, a, b, backend, label, kernel), note=note)
+        note = "FlashInfer not importable here; torch reference only"
+    return replace(_reference_path(a, b, label, kernel), note=note)
+
+
+def choose_path(
+    cuda: bool, compute_capability: tuple[int, int] | None, linear_backend: str | None
+) -> tuple[str | None, str | None]:
+    """(mm_fp4 backend to run, None for the torch reference alone; a note on what is
+    not exercised). FlashInfer runs only on a native-FP4 GPU and when vLLM would use it."""
+    if not cuda or gpu_family(compute_capability) not in ("sm100", "sm120"):
+        return None, None
+    fi_backend = flashinfer_backend_name(linear_backend)
+    if fi_backend is not None:
+        return fi_backend, None
+    chosen = normalize_backend(linear_backend) or "auto"
+    if chosen == "auto":
+        return "cutlass", "auto: FlashInfer cutlass checked; vLLM's own pick may differ"
+    return None, f"vLLM's own {chosen} kernel is not exercised; torch reference only"
 
 
 def _import_flashinfer() -> Any | None:

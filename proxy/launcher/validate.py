@@ -4,8 +4,12 @@ A child process of the interpreter that will run vLLM builds the `vllm serve` /
 api_server parser (`make_arg_parser(FlexibleArgumentParser())`, found across vLLM's
 module moves) and parses the arguments without starting anything; argparse's exit 2
 and its message come back as data, and close matches (difflib over the parser's own
-option strings and choices) are added here. Building vLLM's parser imports vLLM
-(about 10 s on a 2-core CPU host), hence one child per call, or `validate_arg_sets`.
+option strings and choices) are added here. The child also runs vLLM's own quick
+post-parse checks (`validate_parsed_serve_args`) and checks `--quantization` against
+vLLM's method list, which vLLM itself only does at config validation, after the parser
+accepted e.g. the guide's `--quantization nvfp4` (skipped when vLLM plugins are
+installed: they may register methods). Building vLLM's parser imports vLLM (about 10 s
+on a 2-core CPU host), hence one child per call, or `validate_arg_sets` for several.
 
 Decisions: vLLM not importable from `python` -> ok=False with a clear error (the
 launcher is about to exec that interpreter, which would fail the same way); vLLM
@@ -29,6 +33,12 @@ logger = logging.getLogger(__name__)
 
 MARKER = "@@vllm-cutover-validate@@"
 
+# Values vLLM parses but rejects later, and what to do instead (VLLM_FP4_FACTS.md).
+KNOWN_VALUE_HINTS = {
+    ("--quantization", "nvfp4"): (
+        "drop --quantization: vLLM detects modelopt_fp4 or compressed-tensors from the checkpoint"
+    ),
+}
 # Other servers' flags that users carry into vLLM commands (VLLM_FP4_FACTS.md).
 KNOWN_EQUIVALENTS = {
     "--fp4-gemm-backend": ("--linear-backend", "SGLang's FP4 GEMM flag"),
@@ -52,7 +62,7 @@ except BaseException as exc:
     emit()
     sys.exit(0)
 tried = []
-parser_cls = make = None
+parser_cls = make = serve_checks = None
 for mod in ("vllm.utils.argparse_utils", "vllm.utils"):
     try:
         parser_cls = getattr(importlib.import_module(mod), "FlexibleArgumentParser")
@@ -61,7 +71,9 @@ for mod in ("vllm.utils.argparse_utils", "vllm.utils"):
         tried.append("%s.FlexibleArgumentParser: %s" % (mod, exc))
 for mod in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
     try:
-        make = getattr(importlib.import_module(mod), "make_arg_parser")
+        module = importlib.import_module(mod)
+        make = getattr(module, "make_arg_parser")
+        serve_checks = getattr(module, "validate_parsed_serve_args", None)
         out["parser"] = mod + ".make_arg_parser"
         break
     except (ImportError, AttributeError) as exc:
@@ -71,6 +83,17 @@ if parser_cls is None or make is None:
     out["tried"] = tried
     emit()
     sys.exit(0)
+try:
+    from importlib.metadata import entry_points
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS as methods
+    methods = list(methods)
+    plugins = [ep for ep in entry_points(group="vllm.general_plugins")
+               if not ep.value.startswith("vllm.")]
+    if plugins:
+        methods = None  # third-party plugins may register more methods when vLLM starts
+except Exception:
+    methods = None
+out["quantization_methods"] = methods
 parser = make(parser_cls(description="vLLM OpenAI-Compatible RESTful API server."))
 options, choices = [], {}
 for action in parser._actions:
@@ -83,14 +106,24 @@ for action in parser._actions:
 out["options"], out["choices"] = options, choices
 for args in req["arg_sets"]:
     err = io.StringIO()
-    res = {"exit_code": None, "stderr": "", "exception": None}
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            parser.parse_args(list(args))
-    except SystemExit as exc:
-        res["exit_code"] = exc.code if isinstance(exc.code, int) else 1
-    except BaseException as exc:
-        res["exception"] = "%s: %s" % (type(exc).__name__, exc)
+    res = {"exit_code": None, "stderr": "", "exception": None, "post_errors": [],
+           "unknown_quantization": None}
+    ns = None
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            ns = parser.parse_args(list(args))
+        except SystemExit as exc:
+            res["exit_code"] = exc.code if isinstance(exc.code, int) else 1
+        except BaseException as exc:
+            res["exception"] = "%s: %s" % (type(exc).__name__, exc)
+        if ns is not None and serve_checks is not None:
+            try:
+                serve_checks(ns)
+            except BaseException as exc:
+                res["post_errors"].append("vLLM's serve checks: %s: %s" % (type(exc).__name__, exc))
+    quantization = getattr(ns, "quantization", None)
+    if quantization and methods is not None and quantization not in methods:
+        res["unknown_quantization"] = str(quantization)
     res["stderr"] = err.getvalue()[-4000:]
     out["results"].append(res)
 emit()
@@ -186,6 +219,11 @@ def validate_arg_sets(
     results = []
     for res in reply["results"]:
         errors = _errors(res, reply["options"], reply["choices"])
+        errors += res["post_errors"]
+        if res["unknown_quantization"]:
+            errors.append(
+                unknown_quantization(res["unknown_quantization"], reply["quantization_methods"])
+            )
         results.append(
             ValidationResult(
                 ok=not errors,
@@ -227,6 +265,18 @@ def _errors(res: dict[str, Any], options: list[str], choices: dict[str, list[str
         return []
     message = argparse_message(res["stderr"]) or f"exit {res['exit_code']}"
     return [explain(message, options, choices)]
+
+
+def unknown_quantization(method: str, methods: Sequence[str]) -> str:
+    """vLLM's own later error for a --quantization value, with what to do instead."""
+    hint = KNOWN_VALUE_HINTS.get(("--quantization", method))
+    if hint is None:
+        close = difflib.get_close_matches(method, methods, n=2)
+        hint = f"did you mean {' or '.join(close)}?" if close else f"one of {', '.join(methods)}"
+    return (
+        f"--quantization {method}: Unknown quantization method: {method} (the parser accepts "
+        f"it, vLLM exits 1 at config validation); {hint}"
+    )
 
 
 def argparse_message(stderr: str) -> str | None:

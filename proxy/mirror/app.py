@@ -101,7 +101,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _router_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG_KEY]
-    factory = make_session_factory(config.connect_timeout_s, config.mirror.max_shadow_inflight)
+    factory = make_session_factory(config.connect_timeout_s)
     router = Router(config.routes, factory)
     app[ROUTER_KEY] = router
     app[METRICS_KEY].route_version.set(router.routes.version)

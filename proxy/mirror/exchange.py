@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import json
 import logging
 import os
 import time
@@ -39,6 +40,21 @@ from proxy.store import RecordStore
 log = logging.getLogger(__name__)
 
 TokenSource = Literal["client", "tokenize", "none"]
+
+
+def _with_ids(capture: Capture, ids: tuple[int, ...]) -> Capture:
+    """`capture` with re-tokenized ids; the engine's per-token offsets no longer fit them."""
+    tokens = capture.output_tokens if capture.output_tokens is not None else len(ids)
+    return dataclasses.replace(capture, token_ids=ids, token_char_ends=None,
+                               output_tokens=tokens)
+
+
+def unstreamed(body: bytes) -> bytes:
+    """The same request without streaming (the body is a JSON object: prepare() said so)."""
+    request = json.loads(body)
+    request["stream"] = False
+    request.pop("stream_options", None)
+    return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class Mirror:
@@ -121,7 +137,10 @@ class Exchange:
             if upstream is None:
                 continue
             label = mirror.metrics.backend_label(upstream.url)
-            coro = fetch_capture(upstream, role, label, path, headers, prepared.shadow_body,
+            body = prepared.shadow_body
+            if role == "baseline" and self.meta.stream and not mirror.config.baseline_stream:
+                body = unstreamed(body)
+            coro = fetch_capture(upstream, role, label, path, headers, body,
                                  mirror.config.shadow_timeout_s)
             task = mirror.tasks.spawn(coro, f"{role}-{self.request_id}")
             if task is not None:
@@ -181,13 +200,9 @@ class Exchange:
         ids = await self._tokenize_all(texts)
         if ids is None:
             return "none", primary, others
-        # The engines' own per-token offsets no longer fit re-tokenized ids: drop them.
-        primary = dataclasses.replace(primary, token_ids=ids[primary.text], token_char_ends=None)
-        others = [
-            (role, dataclasses.replace(c, token_ids=ids[c.text], token_char_ends=None)
-             if c.error is None and not c.cancelled else c)
-            for role, c in others
-        ]
+        primary = _with_ids(primary, ids[primary.text])
+        others = [(role, _with_ids(c, ids[c.text]) if c.error is None and not c.cancelled else c)
+                  for role, c in others]
         return "tokenize", primary, others
 
     async def _tokenize_all(self, texts: set[str]) -> dict[str, tuple[int, ...]] | None:
@@ -218,7 +233,8 @@ class Exchange:
         record = ExchangeRecord(
             request_id=self.request_id, started_unix=self.started_unix, meta=meta,
             captures=(primary, *(c for _, c in others)), comparisons=comparisons,
-            extra={"token_ids_source": source, "route_version": self.routes.version},
+            extra={"token_ids_source": source, "route_version": self.routes.version,
+                   "baseline_streamed": meta.stream and self.mirror.config.baseline_stream},
         )
         if self.mirror.store is not None:
             self.mirror.store.put(record)

@@ -101,7 +101,7 @@ async def relay(
     makes vLLM abort the generation, and the CancelledError propagates.
     """
     try:
-        upstream_resp = await upstream.session.request(
+        upstream_resp = await upstream.http.request(
             request.method, upstream_url(upstream, request), headers=headers,
             data=body if body else None, allow_redirects=False,
         )
@@ -116,7 +116,8 @@ async def relay(
     except (aiohttp.ClientError, OSError) as exc:
         result.error = "connect"
         result.t_end = perf_counter()
-        log.warning("primary %s unreachable: %s", upstream.url, exc)
+        if upstream.should_warn():
+            log.warning("primary %s unreachable: %s", upstream.url, exc)
         return proxy_error(502, f"primary {upstream.url} unreachable: {type(exc).__name__}")
 
     result.status = upstream_resp.status
@@ -150,7 +151,9 @@ async def relay(
             # The primary broke mid-answer: end the client's connection the same way
             # (no clean end of body), as if it had talked to the primary directly.
             result.error = "reset"
-            log.warning("primary %s failed mid-response: %s", upstream.url, type(exc).__name__)
+            if upstream.should_warn():
+                log.warning("primary %s failed mid-response: %s", upstream.url,
+                            type(exc).__name__)
             transport.close()
     finally:
         upstream_resp.release()

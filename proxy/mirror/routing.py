@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -18,30 +19,58 @@ from typing import Literal
 import aiohttp
 
 from proxy.mirror.config import RouteConfig
+from proxy.mirror.mirror_client import MirrorPool
 
 log = logging.getLogger(__name__)
 
 Lane = Literal["primary", "mirror"]
-SessionFactory = Callable[[Lane, str], aiohttp.ClientSession]
+Client = aiohttp.ClientSession | MirrorPool
+SessionFactory = Callable[[Lane, str], Client]
 
 
 class Upstream:
-    """One backend URL in one lane: its ClientSession and a count of the requests using it."""
+    """One backend URL in one lane: its client (pool) and a count of the requests using it.
 
-    __slots__ = ("_router", "active", "lane", "session", "url", "users")
+    The primary lane talks through an aiohttp ClientSession (it relays); the mirror lane
+    through a MirrorPool (it only captures).
+    """
 
-    def __init__(self, url: str, lane: Lane, session: aiohttp.ClientSession,
-                 router: Router) -> None:
+    __slots__ = ("_router", "active", "lane", "last_warning", "session", "url", "users")
+
+    def __init__(self, url: str, lane: Lane, session: Client, router: Router) -> None:
         self.url = url
         self.lane = lane
         self.session = session
         self.users = 0
         self.active = True  # part of the current routes
+        self.last_warning = 0.0  # monotonic time of the last failure logged (no log floods)
         self._router = router
 
     def acquire(self) -> Upstream:
         self.users += 1
         return self
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        """The primary lane's aiohttp session."""
+        if not isinstance(self.session, aiohttp.ClientSession):
+            raise TypeError(f"{self.url} is a mirror upstream, not a primary one")
+        return self.session
+
+    @property
+    def pool(self) -> MirrorPool:
+        """The mirror lane's connection pool."""
+        if not isinstance(self.session, MirrorPool):
+            raise TypeError(f"{self.url} is a primary upstream, not a mirror one")
+        return self.session
+
+    def should_warn(self, every_s: float = 5.0) -> bool:
+        """True at most once per `every_s`: an outage logs a line, not one per request."""
+        now = time.monotonic()
+        if now - self.last_warning < every_s:
+            return False
+        self.last_warning = now
+        return True
 
     def release(self) -> None:
         self.users -= 1
@@ -137,12 +166,17 @@ class Router:
                              return_exceptions=True)
 
 
-def make_session_factory(connect_timeout_s: float, shadow_pool_limit: int) -> SessionFactory:
-    """Sessions that relay raw bytes: no decompression, no cookie jar, no auto headers."""
+def make_session_factory(connect_timeout_s: float) -> SessionFactory:
+    """Primary: sessions that relay raw bytes (no decompression, cookie jar or auto headers).
 
-    def factory(lane: Lane, url: str) -> aiohttp.ClientSession:
+    Mirror: lean pools; their in-flight count is bounded by the mirror's own cap.
+    """
+
+    def factory(lane: Lane, url: str) -> Client:
+        if lane == "mirror":
+            return MirrorPool(url, connect_timeout_s)
         connector = aiohttp.TCPConnector(
-            limit=0 if lane == "primary" else max(shadow_pool_limit, 1),
+            limit=0,
             limit_per_host=0,
             keepalive_timeout=30,
             enable_cleanup_closed=False,

@@ -19,6 +19,7 @@ from multidict import CIMultiDict
 
 from proxy.compare.capture import CaptureBuilder
 from proxy.compare.types import Capture, Role
+from proxy.mirror.mirror_client import Feed, MirrorError
 from proxy.mirror.routing import Upstream
 
 log = logging.getLogger(__name__)
@@ -49,20 +50,6 @@ class Sampler:
         return self._random() < self.rate
 
 
-def classify_error(exc: BaseException) -> str:
-    """A short, bounded name for what went wrong talking to a backend."""
-    if isinstance(exc, asyncio.TimeoutError):
-        return "timeout"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return "connect"
-    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-                        ConnectionResetError, aiohttp.ClientOSError)):
-        return "reset"
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return "bad_response"
-    return "client_error"
-
-
 async def fetch_capture(
     upstream: Upstream,
     role: Role,
@@ -72,34 +59,35 @@ async def fetch_capture(
     body: bytes,
     timeout_s: float,
 ) -> Capture:
-    """POST the mirrored request and capture the answer; never raises (except on shutdown).
+    """POST the mirrored request and capture the answer; never raises.
 
     Cancellation (the client went away, or shutdown) closes the connection, so the
     backend aborts the generation, and yields a Capture marked cancelled.
     """
     builder = CaptureBuilder(role, label, perf_counter())
     status: int | None = None
+
+    def on_head(code: int, content_type: str) -> Feed:
+        nonlocal status
+        status = code
+        if content_type.startswith("text/event-stream"):
+            return builder.on_chunk
+        return builder.on_body
+
+    def probe() -> str | None:
+        return builder.error
+
     try:
-        async with upstream.session.post(
-            upstream.url + path, data=body, headers=headers,
-            timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False,
-        ) as resp:
-            status = resp.status
-            stream = resp.content_type == "text/event-stream"
-            feed = builder.on_chunk if stream else builder.on_body
-            received = 0
-            async for chunk in resp.content.iter_any():
-                feed(chunk, perf_counter())
-                received += len(chunk)
-                if builder.error is not None or received > MAX_SHADOW_RESPONSE_BYTES:
-                    resp.close()
-                    error = builder.error or "too_large"
-                    return builder.finish(status, perf_counter(), error=error)
+        await asyncio.wait_for(
+            upstream.pool.post(path, headers, body, on_head, probe, MAX_SHADOW_RESPONSE_BYTES),
+            timeout_s)
         return builder.finish(status, perf_counter())
     except asyncio.CancelledError:
         return builder.finish(status, perf_counter(), cancelled=True)
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-        return builder.finish(status, perf_counter(), error=classify_error(exc))
+    except asyncio.TimeoutError:
+        return builder.finish(status, perf_counter(), error="timeout")
+    except MirrorError as exc:
+        return builder.finish(status, perf_counter(), error=builder.error or exc.kind)
     except Exception as exc:  # noqa: BLE001 - a shadow must never take the proxy down
         log.warning("%s %s: unexpected %s", role, upstream.url, type(exc).__name__)
         return builder.finish(status, perf_counter(), error="internal")
@@ -114,7 +102,7 @@ async def tokenize(
     """Token ids of `text` from the backend's /tokenize (no special tokens); None on failure."""
     payload = {"prompt": text, "add_special_tokens": False}
     try:
-        async with upstream.session.post(
+        async with upstream.http.post(
             upstream.url + "/tokenize", json=payload, headers=headers,
             timeout=aiohttp.ClientTimeout(total=timeout_s),
         ) as resp:

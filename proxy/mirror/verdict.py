@@ -39,9 +39,13 @@ async def current_verdict(store: RecordStore, criteria: GateCriteria,
 
 async def refresh_verdict_forever(store: RecordStore, criteria: GateCriteria,
                                   metrics: ProxyMetrics, every_s: float) -> None:
-    """Keep the verdict gauge current; cancelled at shutdown."""
+    """Keep the verdict gauge current (only when new records arrived); cancelled at shutdown."""
+    seen = -1
     while True:
         await asyncio.sleep(every_s)
+        if store.written == seen:
+            continue
+        seen = store.written
         try:
             await current_verdict(store, criteria, metrics)
         except Exception:  # the gauge may go stale, the proxy must not stop

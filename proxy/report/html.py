@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from html import escape
 
-from proxy.report.model import ROLE_LABELS, PairSummary, Report
+from proxy.report.model import ROLE_LABELS, PairSummary, Report, RoleSummary
 from proxy.report.svg import Series, cdf_chart, histogram_chart
-from proxy.report.text import METRIC_LABELS, counts, ms, pct, times
+from proxy.report.text import METRIC_LABELS, counts, mean_or_dash, ms, pct, times
 
 COLORS = {"primary": "#1f77b4", "shadow": "#ff7f0e", "baseline": "#7f7f7f"}
 VERDICT_COLORS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#b26a00"}
@@ -66,18 +66,36 @@ def _latency_table(report: Report) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def _roles_table(report: Report) -> str:
+def _roles_table(roles: dict[str, RoleSummary]) -> str:
     rows = []
-    for s in report.roles.values():
+    for s in roles.values():
         rows.append(
             f"<tr><td>{escape(ROLE_LABELS.get(s.role, s.role))}</td><td>{s.requests}</td>"
             f"<td>{escape(counts(s.errors))}</td><td>{s.cancelled}</td>"
-            f"<td>{escape(counts(s.finish_reasons))}</td></tr>"
+            f"<td>{escape(counts(s.finish_reasons))}</td><td>{mean_or_dash(s.output_tokens)}</td></tr>"
         )
     head = "".join(
-        f"<th>{h}</th>" for h in ("backend", "requests", "errors", "cancelled", "finish reasons")
+        f"<th>{h}</th>"
+        for h in (
+            "backend",
+            "requests",
+            "errors",
+            "cancelled",
+            "finish reasons",
+            "mean output tokens",
+        )
     )
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _length_test(report: Report) -> str:
+    test = report.sampled_length_test
+    if test is None:
+        return "Output lengths: not enough samples for a test."
+    return (
+        f"Output lengths new vs old: Mann-Whitney p={test.p_value:.3g}, "
+        f"effect {test.effect_size:+.2f}."
+    )
 
 
 def _latency_series(report: Report, metric: str) -> list[Series]:
@@ -135,7 +153,10 @@ Generated {generated}. Old = primary (serves clients), new = shadow, baseline = 
 <h2>Latency, old vs new</h2>
 {_latency_table(report)}
 <div class="charts">{"".join(charts)}</div>
-<h2>Backends</h2>
-{_roles_table(report)}
+<h2>Sampled requests (compared as distributions)</h2>
+{_roles_table(report.sampled)}
+<p>{escape(_length_test(report))}</p>
+<h2>Backends (all requests)</h2>
+{_roles_table(report.roles)}
 </body></html>
 """

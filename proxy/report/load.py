@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from typing import TYPE_CHECKING
 
 from proxy.compare.types import ExchangeRecord
+
+if TYPE_CHECKING:
+    from proxy.store import StoreAggregates
 
 
 class ReportInputError(RuntimeError):
     """The database cannot be read as a proxy record store (message quotes the path)."""
 
 
-def load_records(db_path: str) -> list[ExchangeRecord]:
-    """Every kept record, oldest first."""
+def load_store(db_path: str) -> tuple[list[ExchangeRecord], StoreAggregates]:
+    """Every kept record (oldest first) and the aggregates the live gate judges."""
     from proxy.store import SqliteStore
 
     if not os.path.isfile(db_path):
@@ -23,7 +27,7 @@ def load_records(db_path: str) -> list[ExchangeRecord]:
     except sqlite3.Error as exc:
         raise ReportInputError(f"cannot open {db_path!r}: {exc}") from exc
     try:
-        return list(store.records())
+        return list(store.records()), store.aggregates()
     except sqlite3.Error as exc:
         raise ReportInputError(f"{db_path!r} is not a vllm-cutover record store: {exc}") from exc
     finally:

@@ -9,8 +9,8 @@ against the primary; sampled requests are compared only as distributions.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.compare.gate import GateCriteria, GateInputs, Verdict, evaluate
@@ -97,7 +97,9 @@ class Report:
     baseline: PairSummary | None
     latency: tuple[LatencyRow, ...]
     roles: dict[str, RoleSummary]
-    samples_by_role: dict[str, LatencySamples]
+    samples_by_role: Mapping[str, LatencySamples]
+    sampled: dict[str, RoleSummary]  # sampled (non-deterministic) requests only, by role
+    sampled_length_test: MannWhitney | None  # output tokens of sampled requests, new vs old
     gate: Verdict
 
 
@@ -168,6 +170,11 @@ def _role(role: str, captures: Sequence[Capture]) -> RoleSummary:
     return RoleSummary(role, len(captures), errors, cancelled, finish, tuple(tokens))
 
 
+def _lengths(roles: dict[str, RoleSummary], role: str) -> list[float]:
+    summary = roles.get(role)
+    return [float(n) for n in summary.output_tokens] if summary else []
+
+
 def _latency_rows(old: LatencySamples, new: LatencySamples) -> tuple[LatencyRow, ...]:
     rows = []
     for metric in METRICS:
@@ -186,10 +193,38 @@ def _latency_rows(old: LatencySamples, new: LatencySamples) -> tuple[LatencyRow,
     return tuple(rows)
 
 
-def build_report(records: Iterable[ExchangeRecord], criteria: GateCriteria | None = None) -> Report:
-    """Fold records into a `Report`; the verdict is the gate's (`proxy.compare.gate`)."""
+def _timed(record: ExchangeRecord, cap: Capture) -> Capture:
+    """The capture with per-token timing kept only if the answer was streamed to it
+    (an unstreamed answer's TTFT is its E2E), as the store's aggregates count it."""
+    streamed = record.meta.stream and (
+        cap.role != "baseline" or bool(record.extra.get("baseline_streamed", True))
+    )
+    return cap if streamed else replace(cap, ttft_s=None, itl_s=())
+
+
+def latency_samples(records: Iterable[ExchangeRecord]) -> dict[str, LatencySamples]:
+    """Per-role latency samples: E2E of every answer, TTFT/ITL/TPOT of streamed ones."""
+    by_role: dict[str, list[Capture]] = {}
+    for record in records:
+        for cap in record.captures:
+            by_role.setdefault(cap.role, []).append(_timed(record, cap))
+    return {role: LatencySamples.from_captures(caps) for role, caps in by_role.items()}
+
+
+def build_report(
+    records: Iterable[ExchangeRecord],
+    criteria: GateCriteria | None = None,
+    verdict: Verdict | None = None,
+    latency: Mapping[str, LatencySamples] | None = None,
+) -> Report:
+    """Fold records into a `Report`. The verdict is the gate's (`proxy.compare.gate`):
+    `verdict` when given, else evaluated on these records with `criteria`; `latency`
+    (the samples the gate judged) when given, else taken from the records."""
     records = list(records)
+    if verdict is None:
+        verdict = evaluate(GateInputs.from_records(records), criteria)
     by_role: dict[str, list[Capture]] = {"primary": [], "shadow": [], "baseline": []}
+    sampled: dict[str, list[Capture]] = {"primary": [], "shadow": [], "baseline": []}
     pairs: dict[str, list[tuple[ExchangeRecord, Comparison]]] = {"shadow": [], "baseline": []}
     samples = deterministic = 0
     for record in records:
@@ -197,9 +232,16 @@ def build_report(records: Iterable[ExchangeRecord], criteria: GateCriteria | Non
         deterministic += record.meta.deterministic
         for cap in record.captures:
             by_role.setdefault(cap.role, []).append(cap)
+            if not record.meta.deterministic:
+                sampled.setdefault(cap.role, []).append(cap)
         for comp in record.comparisons:
             pairs.setdefault(comp.against, []).append((record, comp))
-    latency = {role: LatencySamples.from_captures(caps) for role, caps in by_role.items()}
+    if latency is None:
+        latency = latency_samples(records)
+    latency = {
+        role: latency.get(role, LatencySamples()) for role in ("primary", "shadow", "baseline")
+    }
+    sampled_roles = {role: _role(role, caps) for role, caps in sampled.items() if caps}
     return Report(
         samples=samples,
         deterministic=deterministic,
@@ -208,7 +250,11 @@ def build_report(records: Iterable[ExchangeRecord], criteria: GateCriteria | Non
         latency=_latency_rows(latency["primary"], latency["shadow"]),
         roles={role: _role(role, caps) for role, caps in by_role.items() if caps},
         samples_by_role=latency,
-        gate=evaluate(GateInputs.from_records(records), criteria),
+        sampled=sampled_roles,
+        sampled_length_test=mann_whitney(
+            _lengths(sampled_roles, "primary"), _lengths(sampled_roles, "shadow")
+        ),
+        gate=verdict,
     )
 
 
@@ -243,6 +289,17 @@ def report_json(report: Report) -> dict[str, Any]:
                 "finish_reasons": dict(r.finish_reasons),
             }
             for r in report.roles.values()
+        },
+        "sampled": {
+            "roles": {
+                ROLE_LABELS.get(r.role, r.role): {
+                    "requests": r.requests,
+                    "finish_reasons": dict(r.finish_reasons),
+                    "mean_output_tokens": _mean(r.output_tokens),
+                }
+                for r in report.sampled.values()
+            },
+            "output_tokens_mann_whitney": _test_json(report.sampled_length_test),
         },
         "gate": report.gate.details,
     }

@@ -22,6 +22,10 @@ def times(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def mean_or_dash(values: tuple[int, ...]) -> str:
+    return f"{sum(values) / len(values):.1f}" if values else "-"
+
+
 def counts(counter: Counter[str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counter.most_common()) or "none"
 
@@ -85,12 +89,23 @@ def render_text(report: Report) -> str:
         f" finish-reason mismatches {shadow.finish_mismatch},"
         f" sampled requests compared as distributions {shadow.sampled}"
     )
+    lines += ["", "Sampled requests (temperature > 0, no seed), compared as distributions:"]
+    lines += [
+        f"  {ROLE_LABELS.get(r.role, r.role):<9} requests {r.requests}, output tokens mean "
+        f"{mean_or_dash(r.output_tokens)}, finish reasons: {counts(r.finish_reasons)}"
+        for r in report.sampled.values()
+    ] or ["  none"]
+    if report.sampled_length_test is not None:
+        test = report.sampled_length_test
+        lines.append(
+            f"  output length new vs old: Mann-Whitney p={test.p_value:.3g}, "
+            f"effect {test.effect_size:+.2f}"
+        )
     lines += ["", "Latency, old (primary) vs new (shadow):"]
     lines += latency_table(report.latency)
     lines += ["", "Backends:"]
     for summary in report.roles.values():
-        tokens = summary.output_tokens
-        mean_tokens = f"{sum(tokens) / len(tokens):.1f}" if tokens else "-"
+        mean_tokens = mean_or_dash(summary.output_tokens)
         lines.append(
             f"  {ROLE_LABELS.get(summary.role, summary.role):<9} requests {summary.requests},"
             f" errors {sum(summary.errors.values())} ({counts(summary.errors)}),"

@@ -34,6 +34,7 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     assert recorded and recorded.group(1) == recorded.group(2)
     # 4. the live gate refuses the regression (409), 5. the report explains why
     assert re.search(r"/admin/gate -> HTTP 409", out)
+    assert "  verdict: fail" in out  # the live gate and the report agree
     assert "VERDICT: FAIL" in out and "fail: new-vs-old match rate" in out
     html = re.search(r"HTML report: (\S+)", out)
     assert html and Path(html.group(1)).read_text().count("<svg") == 3

@@ -170,6 +170,16 @@ def test_translated_args_pass_the_real_parser(tmp_path: Path, vllm_python: str) 
         data = json.loads(report.read_text())
         assert data["vllm_version"] == "0.32.0"
         translated.append(data["argv"][3:])
+    config = tmp_path / "serve.yaml"
+    config.write_text("fp4-gemm-backend: cutlass\nmax-model-len: 512\n")
+    report = tmp_path / "config.json"
+    proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--compute-capability",
+                    "10.0", "--config-out", str(tmp_path / "out"), "--report-json", str(report),
+                    "--", vllm_python, "-m", "vllm.entrypoints.openai.api_server",
+                    "--model", "/models/tiny", "--config", str(config)],
+                   {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    translated.append(json.loads(report.read_text())["argv"][3:])
     proc = subprocess.run([vllm_python, "-c", PARSE, json.dumps([old, *translated])],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -180,6 +190,7 @@ def test_translated_args_pass_the_real_parser(tmp_path: Path, vllm_python: str) 
     assert "'nvfp4_w4a4': 'marlin'" in results[3]["kernel_config"]
     assert "'nvfp4_w4a4': 'cutlass'" in results[4]["kernel_config"]
     assert results[1]["moe_backend"] == "flashinfer_cutlass"
+    assert "'nvfp4_w4a4': 'flashinfer_cutedsl'" in results[5]["kernel_config"]  # from the YAML
 
 
 def test_missing_program_is_a_clear_error(tmp_path: Path, fake_vllm: dict[str, str]) -> None:

@@ -40,7 +40,7 @@ def _record(i: int, diverged: bool) -> ExchangeRecord:
         for against in ("shadow", "baseline")
     )
     caps = (_capture("primary", 0.02), _capture("shadow", 0.03), _capture("baseline", 0.02))
-    meta = RequestMeta("completions", False, True, f"{i:064x}", 10, 10)
+    meta = RequestMeta("completions", True, True, f"{i:064x}", 10, 10)
     return ExchangeRecord(f"r{i}", 1.0 + i, meta, caps, comps)
 
 
@@ -69,7 +69,7 @@ def test_report_json_and_html_from_a_store(tmp_path: Path) -> None:
     assert "inconclusive: 40 deterministic requests compared, need 50" in doc["reasons"]
     assert doc["latency"]["ttft"]["p50_ratio"] > 1.4
     assert html.read_text().count("<svg") == 3
-    text = _run("--db", str(db), "--min-samples", "10")
+    text = _run("--db", str(db), "--gate-min-samples", "10")
     assert text.returncode == 0 and "VERDICT: FAIL" in text.stdout
     assert "pass: 40 deterministic requests compared (minimum 10)" in text.stdout
     assert "compared 40, diverged 4" in text.stdout
@@ -82,5 +82,5 @@ def test_missing_or_foreign_database_is_an_error(tmp_path: Path) -> None:
     other.write_bytes(b"not sqlite at all" * 100)
     foreign = _run("--db", str(other), "--json")
     assert foreign.returncode == 2 and "other.db" in foreign.stderr
-    bad = _run("--db", str(other), "--min-samples", "0")
+    bad = _run("--db", str(other), "--gate-min-samples", "0")
     assert bad.returncode == 2 and "0" in bad.stderr

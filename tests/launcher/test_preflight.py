@@ -60,6 +60,8 @@ def host(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list]:
         calls: list = []
         monkeypatch.setitem(sys.modules, "torch", fake_torch(cc))
         monkeypatch.setattr(probes.shutil, "which", lambda name: None)
+        # A driver without nvidia-smi: the fast probe then asks (fake) torch.
+        monkeypatch.setattr(probes, "DRIVER_PATHS", (__file__,))
         monkeypatch.setattr(probes, "flashinfer_version", lambda: fi_version)
         fi = fake_flashinfer(supported, calls) if fi_version else None
         monkeypatch.setitem(sys.modules, "flashinfer", fi)
@@ -264,6 +266,7 @@ def test_self_test_on_a_cpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     monkeypatch.setattr(probes.shutil, "which", lambda name: None)
+    monkeypatch.setattr(probes, "DRIVER_PATHS", ())
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU host
     report = run(self_test=True)  # real torch on the CPU
     found = check(report, "self_test")
@@ -319,3 +322,26 @@ def test_fast_probe_without_driver_never_asks_torch(
     assert (probe.available, probe.error) == (False, "no NVIDIA driver on this host")
     (tmp_path / "nvidiactl").write_text("")  # a driver but no nvidia-smi: ask torch
     assert preflight.detect_compute_capability_fast() == (9, 0)
+
+
+def test_preflight_on_a_gpu_host_with_nvidia_smi_needs_no_torch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    smi_answer(monkeypatch, [])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would fail
+    monkeypatch.setattr(probes, "flashinfer_version", lambda: None)
+    report = run(linear_backend="cutlass")
+    assert report.ok
+    assert check(report, "cuda").message.endswith("(via nvidia-smi)")
+    assert report.summary["compute_capability"] == "10.0"
+    assert report.summary["torch"] is None
+
+
+def test_planning_without_a_gpu_uses_the_table_not_flashinfer(host: Callable[..., list]) -> None:
+    calls = host(None, fi_version="0.7.4")
+    report = run(compute_capability=(12, 0), linear_backend="flashinfer_trtllm")
+    assert calls == []  # importing flashinfer costs seconds; its answer is not needed here
+    mm = check(report, "mm_fp4_backend")
+    assert mm.severity == "warning"  # not fatal: no GPU on this host
+    assert mm.details["source"] == "FlashInfer 0.7 support table"

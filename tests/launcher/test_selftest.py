@@ -118,3 +118,28 @@ def test_flashinfer_path_reports_a_kernel_exception() -> None:
     assert not result.ok
     assert "RuntimeError: BackendSupportedError" in result.errors[0]
     assert "ref_gemm_ms" in result.figures  # the reference figures still come back
+
+
+@pytest.mark.parametrize(
+    ("cuda", "cc", "backend", "expected"),
+    [
+        (False, (10, 0), "flashinfer_cutedsl", (None, None)),
+        (True, (9, 0), "flashinfer_cutedsl", (None, None)),
+        (True, (10, 0), "flashinfer_cutedsl", ("cute-dsl", None)),
+        (True, (12, 0), "flashinfer-cutlass", ("cutlass", None)),
+        (
+            True,
+            (10, 0),
+            None,
+            ("cutlass", "auto: FlashInfer cutlass checked; vLLM's own pick may differ"),
+        ),
+        (
+            True,
+            (12, 1),
+            "cutlass",
+            (None, "vLLM's own cutlass kernel is not exercised; torch reference only"),
+        ),
+    ],
+)
+def test_choose_path(cuda: bool, cc: tuple[int, int], backend: str | None, expected: tuple) -> None:
+    assert selftest.choose_path(cuda, cc, backend) == expected

@@ -224,3 +224,13 @@ def test_removed_env_never_survives() -> None:
         kept_env = {s.name for a in result.actions for s in a.replacement if s.kind == "env"}
         touched = {a.source.name for a in result.actions}
         assert touched == set(names) and not kept_env
+
+
+def test_scanner_api_with_related_env() -> None:
+    related = {"VLLM_USE_FLASHINFER_MOE_FP4": "1", "VLLM_FLASHINFER_MOE_BACKEND": "latency"}
+    (fp4,) = translate_setting("env", "VLLM_USE_FLASHINFER_MOE_FP4", "1", target=Version("0.30.0"),
+                               related_env=related)
+    assert (fp4.new, fp4.new_kind) == ("--moe-backend flashinfer_trtllm", "flag")
+    (backend,) = translate_setting("env", "VLLM_FLASHINFER_MOE_BACKEND", "latency",
+                                   target=Version("0.30.0"), related_env=related)
+    assert backend.new is None and "silently ignored" in backend.reason

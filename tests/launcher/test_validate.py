@@ -111,10 +111,20 @@ def fake_vllm(root: Path, layout: str) -> Path:
                     parser.add_argument("model_tag", nargs="?")
                     parser.add_argument("--linear-backend", choices=["auto", "marlin"])
                     parser.add_argument("--max-model-len", type=int)
+                    parser.add_argument("--quantization")
                     return parser
+                def validate_parsed_serve_args(args):
+                    if args.max_model_len == 0:
+                        raise ValueError("--max-model-len must be positive")
                 """
             )
         )
+    if layout == "new":
+        quant = pkg / "model_executor" / "layers" / "quantization"
+        quant.mkdir(parents=True)
+        for folder in (pkg / "model_executor", quant.parent):
+            (folder / "__init__.py").write_text("")
+        (quant / "__init__.py").write_text('QUANTIZATION_METHODS = ["fp8", "modelopt_fp4"]\n')
     return root
 
 
@@ -146,6 +156,37 @@ def test_child_finds_the_parser_in_either_layout(tmp_path: Path, layout: str) ->
     assert "did you mean --max-model-len" in unknown.errors[0]
     assert "invalid int value: 'x'" in not_int.errors[0]
     assert not_int.details == {"exit_code": 2}
+
+
+def test_child_runs_serve_checks_and_knows_quantization_methods(tmp_path: Path) -> None:
+    env = child_env(fake_vllm(tmp_path, "new"))
+    zero, nvfp4, typo, fine = validate_arg_sets(
+        sys.executable,
+        [
+            ["m", "--max-model-len", "0"],
+            ["m", "--quantization", "nvfp4"],
+            ["m", "--quantization", "modelopt_fp"],
+            ["m", "--quantization", "fp8"],
+        ],
+        env=env,
+    )
+    assert zero.errors == ("vLLM's serve checks: ValueError: --max-model-len must be positive",)
+    assert nvfp4.errors == (
+        (
+            "--quantization nvfp4: Unknown quantization method: nvfp4 (the parser accepts it, "
+            "vLLM exits 1 at config validation); drop --quantization: vLLM detects modelopt_fp4 "
+            "or compressed-tensors from the checkpoint"
+        ),
+    )
+    assert typo.errors[0].endswith("did you mean modelopt_fp4?")
+    assert fine.ok
+
+
+def test_quantization_is_not_judged_without_vllms_list(tmp_path: Path) -> None:
+    result = validate_args(
+        sys.executable, ["m", "--quantization", "nvfp4"], env=child_env(fake_vllm(tmp_path, "old"))
+    )
+    assert result.ok  # the old fake layout has no method list to check against
 
 
 def test_unknown_layout_is_skipped_not_failed(tmp_path: Path) -> None:
@@ -211,11 +252,24 @@ def test_real_parser_rejects_the_seed_flag(real_results: dict[str, ValidationRes
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize(
-    "case", ["linear_backend", "kernel_config", "quantization_nvfp4", "api_server_form"]
-)
+@pytest.mark.parametrize("case", ["linear_backend", "kernel_config", "api_server_form"])
 def test_real_parser_accepts(real_results: dict[str, ValidationResult], case: str) -> None:
     assert real_results[case].ok, real_results[case].errors
+
+
+@pytest.mark.vllm
+def test_real_quantization_nvfp4_passes_the_parser_but_is_flagged(
+    real_results: dict[str, ValidationResult],
+) -> None:
+    result = real_results["quantization_nvfp4"]
+    assert result.details == {"exit_code": None}  # argparse accepted it
+    assert result.errors == (
+        (
+            "--quantization nvfp4: Unknown quantization method: nvfp4 (the parser accepts it, "
+            "vLLM exits 1 at config validation); drop --quantization: vLLM detects modelopt_fp4 "
+            "or compressed-tensors from the checkpoint"
+        ),
+    )
 
 
 @pytest.mark.vllm
@@ -230,3 +284,13 @@ def test_real_validation_time_is_recorded(real_results: dict[str, ValidationResu
     elapsed = real_results["bogus"].elapsed_s
     assert 0 < elapsed < 120
     print(json.dumps({"validate_arg_sets_s": round(elapsed, 2), "sets": len(REAL_CASES)}))
+
+
+def test_third_party_plugins_turn_the_quantization_check_off(tmp_path: Path) -> None:
+    root = fake_vllm(tmp_path, "new")
+    dist = root / "fakeplugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakeplugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[vllm.general_plugins]\nq = fakeplugin:register\n")
+    result = validate_args(sys.executable, ["m", "--quantization", "nvfp4"], env=child_env(root))
+    assert result.ok  # the plugin may register "nvfp4" when vLLM starts

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 
 from proxy.compare.types import ExchangeRecord
-from proxy.report.model import build_report, report_json
+from proxy.report.model import build_report, latency_samples, report_json
 
 
 def test_identical_backends_pass_with_no_divergence(
@@ -72,3 +73,27 @@ def test_empty_record_set(records_of: Callable[..., list[ExchangeRecord]]) -> No
         None,
         "inconclusive",
     )
+
+
+def test_sampled_requests_are_summarised_as_distributions(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    report = build_report(records_of(count=90))
+    assert report.sampled["primary"].requests == 30 and report.sampled["shadow"].requests == 30
+    assert report.sampled_length_test is not None  # identical lengths: no shift
+    assert report.sampled_length_test.p_value > 0.5
+    doc = report_json(report)
+    assert doc["sampled"]["roles"]["new"]["mean_output_tokens"] == 20
+
+
+def test_per_token_latency_only_from_streamed_answers(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    records = [
+        replace(r, meta=replace(r.meta, stream=i % 2 == 0)) for i, r in enumerate(records_of(40))
+    ]
+    samples = latency_samples(records)["primary"]
+    assert len(samples.e2e_s) == 40 and len(samples.ttft_s) == 20
+    assert len(samples.itl_s) == 20 * 19 and min(samples.tpot_s) > 0
+    baseline_unstreamed = [replace(r, extra={"baseline_streamed": False}) for r in records]
+    assert latency_samples(baseline_unstreamed)["baseline"].ttft_s == ()
