@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from time import perf_counter
+from typing import cast
 from urllib.parse import urlsplit
 
 from multidict import CIMultiDict
@@ -39,15 +40,15 @@ class MirrorConnection(asyncio.Protocol):
     """One keep-alive connection; one request at a time."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.WriteTransport | None = None
         self.closed = False
         self.keep_alive = True
         self.idle_since = 0.0
         self._done: asyncio.Future[int] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses: no isinstance check.
+        self.transport = cast(asyncio.WriteTransport, transport)
 
     def start(self, request: bytes, on_head: OnHead, probe: Probe,
               max_bytes: int) -> asyncio.Future[int]:

@@ -156,3 +156,28 @@ async def test_close_delimited_body_ends_with_the_connection():
     assert status == 200 and b"".join(got) == EVENTS
     server.close()
     await server.wait_closed()
+
+
+def test_works_on_uvloop():
+    """The CLI runs on uvloop, whose transports are not asyncio.Transport subclasses."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> tuple[int, bytes]:
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(CHUNKED)
+            await writer.drain()
+
+        server, url = await _serve(handler)
+        got: list[bytes] = []
+        status = await MirrorPool(url).post("/", CIMultiDict(), b"",
+                                            lambda s, c: lambda d, t: got.append(d),
+                                            lambda: None, 1 << 20)
+        server.close()
+        return status, b"".join(got)
+
+    loop = uvloop.new_event_loop()
+    try:
+        assert loop.run_until_complete(main()) == (200, EVENTS)
+    finally:
+        loop.close()
