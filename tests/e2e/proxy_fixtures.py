@@ -8,11 +8,13 @@ a test compares what the proxy answered with what the backend answered, errors i
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -86,6 +88,21 @@ def http_request(
             return HttpAnswer(resp.status, _lower(resp.headers.items()), resp.read())
     except urllib.error.HTTPError as err:
         return HttpAnswer(err.code, _lower(err.headers.items()), err.read())
+
+
+def read_then_hang_up(url: str, body: Mapping[str, Any], lines: int,
+                      timeout_s: float = 60.0) -> list[bytes]:
+    """POST a streaming request, read `lines` lines of the answer, then close the socket."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or HOST, parts.port, timeout=timeout_s)
+    try:
+        conn.request("POST", parts.path, body=json.dumps(body),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.status
+        return [resp.readline() for _ in range(lines)]
+    finally:
+        conn.close()
 
 
 def _lower(items: Sequence[tuple[str, str]]) -> dict[str, str]:

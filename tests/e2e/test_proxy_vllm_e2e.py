@@ -26,6 +26,7 @@ from tests.e2e.proxy_fixtures import (
     RunningProxy,
     fold_stream,
     http_request,
+    read_then_hang_up,
     sse_events,
     start_proxy,
     wait_for,
@@ -308,6 +309,39 @@ def test_gate_fails_a_diverging_shadow_without_baseline(trio: Trio, tmp_path: Pa
         samples = scrape(proxy)
         assert total(samples, "vllm_cutover_verdict", verdict="fail") == 1
         assert total(samples, "vllm_cutover_verdict", verdict="pass") == 0
+
+
+def vllm_counter(server: VllmServer, name: str) -> float:
+    """Sum of one sample name over a vLLM server's own /metrics."""
+    answer = http_request("GET", server.url + "/metrics")
+    assert answer.status == 200
+    return sum(s.value for family in text_string_to_metric_families(answer.body.decode())
+               for s in family.samples if s.name == name)
+
+
+def test_client_disconnect_aborts_generation_on_both_servers(trio: Trio, tmp_path: Path) -> None:
+    """The client hangs up after two SSE lines: primary and shadow stop generating at once."""
+    long_tokens = 400  # without an abort: exactly this many (ignore_eos), seconds on the CPU
+    body = request_body("completions", PROMPTS[1], True, temperature=0, ignore_eos=True)
+    body["max_tokens"] = long_tokens
+    servers = (trio.old_a, trio.old_b)
+    generated = "vllm:generation_tokens_total"
+    before = [vllm_counter(s, generated) for s in servers]
+    with start_proxy(tmp_path, trio.old_a.url, trio.old_b.url) as proxy:
+        lines = read_then_hang_up(proxy.url + "/v1/completions", body, lines=2)
+        assert lines[0].startswith(b"data: {")
+        wait_for(lambda: settled(proxy, 1, ("shadow",)), SETTLE_TIMEOUT_S, "the record")
+        wait_for(lambda: all(vllm_counter(s, "vllm:num_requests_running") == 0
+                             for s in servers) or None, 60, "both servers idle")
+        record = proxy.admin("/admin/records", auth=True).json()["records"][0]
+        cancelled = total(scrape(proxy), "vllm_cutover_client_cancelled_total")
+    captures = {c["role"]: c for c in record["captures"]}
+    assert captures["primary"]["cancelled"] is True
+    assert captures["shadow"]["cancelled"] is True
+    assert cancelled == 1
+    made = [vllm_counter(s, generated) - b for s, b in zip(servers, before)]
+    assert 0 < made[0] < long_tokens / 2, made  # the primary streamed a little, then stopped
+    assert made[1] < long_tokens / 2, made  # the shadow stopped too (or never started)
 
 
 def scrape(proxy: RunningProxy) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
