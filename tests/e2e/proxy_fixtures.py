@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.e2e.servers import HOST, ServerProcess, free_port, spawn
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +31,7 @@ ADMIN_TOKEN = "e2e-admin-token"
 # Fields that differ between two answers to the same request, whoever relays them.
 VOLATILE_KEYS = frozenset({"id", "created", "system_fingerprint"})
 T = TypeVar("T")
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,22 @@ class RunningProxy:
         answer = self.admin("/admin/stats")
         assert answer.status == 200, answer
         return dict(answer.json())
+
+    def settled(self, sent: int, sides: Sequence[str]) -> dict[str, Any] | None:
+        """The stats once each of `sent` requests has its comparison per side, else None."""
+        stats = self.stats()
+        if stats["records"] < sent or stats["live"]["shadow_inflight"] != 0:
+            return None
+        for side in sides:
+            counts = stats.get(side) or {}
+            done = sum(counts.get(k, 0) for k in ("compared", "not_comparable", "errors",
+                                                  "sampled"))
+            if done < sent:
+                return None
+        return stats
+
+    def metrics(self) -> Samples:
+        return scrape(self.admin_url + "/metrics")
 
     def report_json(self) -> dict[str, Any]:
         """`python -m proxy report --db PATH --json`, run as a user would."""
@@ -103,6 +122,41 @@ def read_then_hang_up(url: str, body: Mapping[str, Any], lines: int,
         return [resp.readline() for _ in range(lines)]
     finally:
         conn.close()
+
+
+def stable_headers(answer: HttpAnswer) -> dict[str, str]:
+    """Response headers that must be equal with and without the proxy (all but Date)."""
+    return {k: v for k, v in answer.headers.items() if k != "date"}
+
+
+def relayed_content(answer: HttpAnswer) -> Any:
+    """The JSON body minus per-answer ids and clocks (a model list's permission ids too)."""
+    content = without_volatile(answer.json())
+    if isinstance(content, dict) and content.get("object") == "list":
+        content["data"] = [(m["id"], m.get("root"), m.get("max_model_len"))
+                           for m in content["data"]]
+    return content
+
+
+def scrape(url: str) -> Samples:
+    """GET a Prometheus endpoint and parse it: (sample name, labels) -> value."""
+    answer = http_request("GET", url)
+    assert answer.status == 200, answer
+    assert answer.headers["content-type"].startswith("text/plain")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(answer.body.decode())
+            for s in family.samples}
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """Sum of the samples called `name` whose labels include `labels`."""
+    wanted = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
+
+
+def vllm_counter(base_url: str, name: str) -> float:
+    """One sample name summed over a vLLM server's own /metrics."""
+    return total(scrape(base_url + "/metrics"), name)
 
 
 def _lower(items: Sequence[tuple[str, str]]) -> dict[str, str]:

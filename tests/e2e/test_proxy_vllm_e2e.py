@@ -19,16 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.proxy_fixtures import (
-    HttpAnswer,
     RunningProxy,
     fold_stream,
     http_request,
     read_then_hang_up,
+    relayed_content,
     sse_events,
+    stable_headers,
     start_proxy,
+    total,
+    vllm_counter,
     wait_for,
     without_volatile,
 )
@@ -109,19 +111,6 @@ def trio(vllm_servers: VllmServerFactory, tiny_model: Path,
     return Trio(old_a, old_b, different)
 
 
-def settled(proxy: RunningProxy, sent: int, sides: tuple[str, ...]) -> dict[str, Any] | None:
-    """The stats once every sent request has a comparison for each side, else None."""
-    stats = proxy.stats()
-    if stats["records"] < sent or stats["live"]["shadow_inflight"] != 0:
-        return None
-    for side in sides:
-        counts = stats.get(side) or {}
-        done = sum(counts.get(k, 0) for k in ("compared", "not_comparable", "errors", "sampled"))
-        if done < sent:
-            return None
-    return stats
-
-
 def send_batch(proxy: RunningProxy, sides: tuple[str, ...]) -> Traffic:
     started = time.perf_counter()
     det, sampled = deterministic_batch(), sampled_batch()
@@ -129,7 +118,7 @@ def send_batch(proxy: RunningProxy, sides: tuple[str, ...]) -> Traffic:
         answer = http_request("POST", proxy.url + path_of(endpoint), body)
         assert answer.status == 200, (endpoint, body, answer)
     sent = len(det) + len(sampled)
-    stats = wait_for(lambda: settled(proxy, sent, sides), SETTLE_TIMEOUT_S,
+    stats = wait_for(lambda: proxy.settled(sent, sides), SETTLE_TIMEOUT_S,
                      f"{sent} exchanges compared against {sides}")
     return Traffic(proxy, sent, len(det), stats, time.perf_counter() - started)
 
@@ -184,19 +173,6 @@ def test_answers_through_the_proxy_equal_direct_ones(
             assert choices[0]["finish_reason"] in ("length", "stop")
             if body.get("return_token_ids"):
                 assert len(choices[0]["token_ids"]) > 0
-
-
-def stable_headers(answer: HttpAnswer) -> dict[str, str]:
-    return {k: v for k, v in answer.headers.items() if k != "date"}
-
-
-def relayed_content(answer: HttpAnswer) -> Any:
-    """The JSON body minus per-answer ids and clocks (a model list's permission ids too)."""
-    content = without_volatile(answer.json())
-    if isinstance(content, dict) and content.get("object") == "list":
-        content["data"] = [(m["id"], m.get("root"), m.get("max_model_len"))
-                           for m in content["data"]]
-    return content
 
 
 def test_errors_and_other_paths_relay_unchanged(trio: Trio, tmp_path: Path) -> None:
@@ -298,7 +274,7 @@ def test_gate_fails_a_diverging_shadow_without_baseline(trio: Trio, tmp_path: Pa
                      extra_args=["--gate-min-samples", "10"]) as proxy:
         for endpoint, body in batch:
             assert http_request("POST", proxy.url + path_of(endpoint), body).status == 200
-        wait_for(lambda: settled(proxy, len(batch), ("shadow",)), SETTLE_TIMEOUT_S,
+        wait_for(lambda: proxy.settled(len(batch), ("shadow",)), SETTLE_TIMEOUT_S,
                  "the batch compared")
         gate = proxy.admin("/admin/gate")
         verdict = gate.json()
@@ -306,17 +282,9 @@ def test_gate_fails_a_diverging_shadow_without_baseline(trio: Trio, tmp_path: Pa
         assert verdict["verdict"] == "fail", verdict["reasons"]
         assert verdict["samples"] == len(batch)
         assert verdict["reasons"][0].startswith("fail: new-vs-old match rate"), verdict["reasons"]
-        samples = scrape(proxy)
+        samples = proxy.metrics()
         assert total(samples, "vllm_cutover_verdict", verdict="fail") == 1
         assert total(samples, "vllm_cutover_verdict", verdict="pass") == 0
-
-
-def vllm_counter(server: VllmServer, name: str) -> float:
-    """Sum of one sample name over a vLLM server's own /metrics."""
-    answer = http_request("GET", server.url + "/metrics")
-    assert answer.status == 200
-    return sum(s.value for family in text_string_to_metric_families(answer.body.decode())
-               for s in family.samples if s.name == name)
 
 
 def test_client_disconnect_aborts_generation_on_both_servers(trio: Trio, tmp_path: Path) -> None:
@@ -326,43 +294,27 @@ def test_client_disconnect_aborts_generation_on_both_servers(trio: Trio, tmp_pat
     body["max_tokens"] = long_tokens
     servers = (trio.old_a, trio.old_b)
     generated = "vllm:generation_tokens_total"
-    before = [vllm_counter(s, generated) for s in servers]
+    before = [vllm_counter(s.url, generated) for s in servers]
     with start_proxy(tmp_path, trio.old_a.url, trio.old_b.url) as proxy:
         lines = read_then_hang_up(proxy.url + "/v1/completions", body, lines=2)
         assert lines[0].startswith(b"data: {")
-        wait_for(lambda: settled(proxy, 1, ("shadow",)), SETTLE_TIMEOUT_S, "the record")
-        wait_for(lambda: all(vllm_counter(s, "vllm:num_requests_running") == 0
+        wait_for(lambda: proxy.settled(1, ("shadow",)), SETTLE_TIMEOUT_S, "the record")
+        wait_for(lambda: all(vllm_counter(s.url, "vllm:num_requests_running") == 0
                              for s in servers) or None, 60, "both servers idle")
         record = proxy.admin("/admin/records", auth=True).json()["records"][0]
-        cancelled = total(scrape(proxy), "vllm_cutover_client_cancelled_total")
+        cancelled = total(proxy.metrics(), "vllm_cutover_client_cancelled_total")
     captures = {c["role"]: c for c in record["captures"]}
     assert captures["primary"]["cancelled"] is True
     assert captures["shadow"]["cancelled"] is True
     assert cancelled == 1
-    made = [vllm_counter(s, generated) - b for s, b in zip(servers, before)]
+    made = [vllm_counter(s.url, generated) - b for s, b in zip(servers, before)]
     assert 0 < made[0] < long_tokens / 2, made  # the primary streamed a little, then stopped
     assert made[1] < long_tokens / 2, made  # the shadow stopped too (or never started)
 
 
-def scrape(proxy: RunningProxy) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """GET the admin /metrics and parse it: (sample name, labels) -> value."""
-    answer = proxy.admin("/metrics")
-    assert answer.status == 200
-    assert answer.headers["content-type"].startswith("text/plain")
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(answer.body.decode())
-            for s in family.samples}
-
-
-def total(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-          **labels: str) -> float:
-    wanted = set(labels.items())
-    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
-
-
 def test_metrics_count_the_comparisons(identical_traffic: Traffic,
                                        different_traffic: Traffic) -> None:
-    same = scrape(identical_traffic.proxy)
+    same = identical_traffic.proxy.metrics()
     det, sent = identical_traffic.deterministic, identical_traffic.sent
     comparisons = "vllm_cutover_comparisons_total"
     assert total(same, comparisons, against="shadow", deterministic="true") == det
@@ -375,7 +327,7 @@ def test_metrics_count_the_comparisons(identical_traffic: Traffic,
     assert total(same, "vllm_cutover_ttft_seconds_count", role="shadow") == sent
     assert total(same, "vllm_cutover_shadow_inflight") == 0
 
-    diff = scrape(different_traffic.proxy)
+    diff = different_traffic.proxy.metrics()
     diverged = different_traffic.stats["shadow"]["diverged"]
     assert total(diff, comparisons, against="shadow", outcome="diverged",
                  deterministic="true") == diverged
