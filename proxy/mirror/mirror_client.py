@@ -25,6 +25,7 @@ Probe = Callable[[], "str | None"]  # an error that makes reading stop early, or
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE_S = 4.0  # below uvicorn's (vLLM's) 5 s keep-alive: never reuse a closing socket
+DOWN_S = 0.5  # after a refused connect, fail fast (no syscalls) for this long
 _SIZE, _DATA, _CRLF, _TRAILER = range(4)
 
 
@@ -78,16 +79,21 @@ class MirrorConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self._done is not None and not self._done.done():
-            if not self._in_head and self._mode == "close":
-                self._finish()
-            else:
-                self._fail("reset")
+            # After the deliveries already scheduled, so none of the payload is lost.
+            asyncio.get_running_loop().call_soon(self._lost)
+
+    def _lost(self) -> None:
+        if self._done is None or self._done.done():
+            return
+        if not self._in_head and self._mode == "close":
+            self._finish()
+        else:
+            self._fail("reset")
 
     def data_received(self, data: bytes) -> None:
         if self._done is None or self._done.done():
             self.abort()  # nothing asked: a confused server
             return
-        t = perf_counter()
         try:
             if self._in_head:
                 self._head += data
@@ -100,18 +106,29 @@ class MirrorConnection(asyncio.Protocol):
                 self._parse_head(bytes(self._head[:end]))
                 self._in_head = False
             payload = self._body(data) if data else b""
-            if payload and self._feed is not None:
-                self.received += len(payload)
-                self._feed(payload, t)
-                error = self._probe()
-                if error is not None or self.received > self._max_bytes:
-                    raise MirrorError(error or "too_large")
-            if self._complete:
-                self._finish()
         except MirrorError as exc:
             self._fail(exc.kind)
+            return
         except (ValueError, IndexError):
             self._fail("bad_response")
+            return
+        if payload or self._complete:
+            # Delivered one loop pass later, as aiohttp hands the primary's chunks to the
+            # relay: both sides are timed the same way, so neither looks faster.
+            asyncio.get_running_loop().call_soon(self._deliver, payload, self._complete)
+
+    def _deliver(self, payload: bytes, complete: bool) -> None:
+        if self._done is None or self._done.done():
+            return
+        if payload and self._feed is not None:
+            self.received += len(payload)
+            self._feed(payload, perf_counter())
+            error = self._probe()
+            if error is not None or self.received > self._max_bytes:
+                self._fail(error or "too_large")
+                return
+        if complete:
+            self._finish()
 
     def _parse_head(self, head: bytes) -> None:
         lines = head.split(b"\r\n")
@@ -226,9 +243,12 @@ class MirrorPool:
         self.connect_timeout_s = connect_timeout_s
         self._idle: list[MirrorConnection] = []
         self._closed = False
+        self._down_until = 0.0
 
     async def _connection(self) -> MirrorConnection:
         now = time.monotonic()
+        if now < self._down_until:
+            raise MirrorError("connect")  # a dead shadow costs the proxy next to nothing
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed and now - conn.idle_since < MAX_IDLE_S:
@@ -240,6 +260,7 @@ class MirrorPool:
                 MirrorConnection, self.host, self.port, ssl=True if self.https else None,
             ), self.connect_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
+            self._down_until = time.monotonic() + DOWN_S
             raise MirrorError("connect") from exc
         return conn
 

@@ -96,7 +96,7 @@ async def relay(
     """Send the request to `upstream` and stream its answer to the client.
 
     `tap_for(response)` gives a `tap(chunk, t)` that sees every relayed chunk after
-    it was written to the client; a failing tap is dropped, the relay goes on.
+    it was written to the client (t: when it was read); a failing tap is dropped.
     On cancellation (client gone) the upstream response is closed at once, which
     makes vLLM abort the generation, and the CancelledError propagates.
     """
@@ -127,10 +127,11 @@ async def relay(
         await out.prepare(request)
         tap = tap_for(upstream_resp) if tap_for is not None else None
         async for chunk in upstream_resp.content.iter_any():
+            t = perf_counter()  # arrival as the mirror lane stamps it, not after the write
             await out.write(chunk)
             if tap is not None:
                 try:
-                    tap(chunk, perf_counter())
+                    tap(chunk, t)
                 except Exception:  # capture must never break the client
                     log.exception("capture failed; relaying on without it")
                     tap = None

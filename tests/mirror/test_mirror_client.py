@@ -17,7 +17,7 @@ CHUNKED = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
            + EVENTS[16:] + b"\r\n0\r\nX-Trailer: y\r\n\r\n")
 
 
-def _feed_all(answer: bytes, cut: int) -> tuple[int, bytes, list[str]]:
+def _feed_all(answer: bytes, cut: int, lose: bool = False) -> tuple[int, bytes, list[str]]:
     """Drive a connection with `answer` split at `cut`; return status, payload, content type."""
     loop = asyncio.new_event_loop()
     try:
@@ -40,6 +40,8 @@ def _feed_all(answer: bytes, cut: int) -> tuple[int, bytes, list[str]]:
             done = conn.start(b"req", on_head, lambda: None, 1 << 20)
             conn.data_received(answer[:cut])
             conn.data_received(answer[cut:])
+            if lose:  # the server closes in the same loop pass as its last bytes
+                conn.connection_lost(None)
             return await asyncio.wait_for(done, 1)
 
         status = loop.run_until_complete(run())
@@ -52,6 +54,11 @@ def _feed_all(answer: bytes, cut: int) -> tuple[int, bytes, list[str]]:
 def test_chunked_any_split(cut):
     status, payload, types = _feed_all(CHUNKED, cut)
     assert (status, payload, types) == (200, EVENTS, ["text/event-stream"])
+
+
+def test_close_delimited_same_pass_keeps_all_payload():
+    answer = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + EVENTS
+    assert _feed_all(answer, 40, lose=True)[:2] == (200, EVENTS)
 
 
 def test_content_length():
@@ -181,3 +188,34 @@ def test_works_on_uvloop():
         assert loop.run_until_complete(main()) == (200, EVENTS)
     finally:
         loop.close()
+
+
+async def test_dead_backend_fails_fast_then_retries(monkeypatch):
+    import socket
+
+    from proxy.mirror import mirror_client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pool = MirrorPool(f"http://127.0.0.1:{port}")
+    attempts = 0
+    real = asyncio.get_running_loop().create_connection
+
+    async def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal attempts
+        attempts += 1
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", counting)
+    for _ in range(5):
+        with pytest.raises(MirrorError, match="connect"):
+            await pool.post("/", CIMultiDict(), b"", lambda s, c: lambda d, t: None,
+                            lambda: None, 1 << 20)
+    assert attempts == 1  # the other four failed without touching the network
+    monkeypatch.setattr(mirror_client, "DOWN_S", 0.0)
+    pool._down_until = 0.0
+    with pytest.raises(MirrorError, match="connect"):
+        await pool.post("/", CIMultiDict(), b"", lambda s, c: lambda d, t: None,
+                        lambda: None, 1 << 20)
+    assert attempts == 2
