@@ -1,0 +1,59 @@
+"""End-to-end fixtures: the tiny model, real vLLM CPU servers, our Docker images.
+
+Servers and images are session-scoped and shared: a suite that needs two or three vLLM
+servers asks `vllm_servers.start_many(...)` from its own session/module fixture, and
+asking again for the same spec returns the server already running.
+
+    from tests.e2e.vllm_servers import VllmSpec
+    from tests.e2e.servers import complete
+
+    def test_x(vllm_servers, tiny_model, tiny_models):
+        old, new = vllm_servers.start_many([
+            VllmSpec(tiny_model, "old"), VllmSpec(tiny_models(perturb=1), "new"),
+        ])
+        complete(old.url, "old")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e import images
+from tests.e2e.tiny_model import ensure_tiny_model
+from tests.e2e.vllm_servers import VllmServerFactory
+
+
+@pytest.fixture(scope="session")
+def tiny_models(vllm_python: str) -> Callable[..., Path]:
+    """`tiny_models(seed=0, perturb=0) -> Path`: perturb>0 computes differently."""
+
+    def get(seed: int = 0, perturb: int = 0) -> Path:
+        return ensure_tiny_model(vllm_python, seed=seed, perturb=perturb)
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_models: Callable[..., Path]) -> Path:
+    return tiny_models()
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(
+    vllm_python: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServerFactory]:
+    factory = VllmServerFactory(vllm_python, tmp_path_factory.mktemp("vllm-logs"))
+    yield factory
+    factory.close()
+
+
+@pytest.fixture(scope="session")
+def cutover_images(
+    docker_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> images.ImageBuilder:
+    """Builds our images (vllm, sim, sidecar) on first use, once per session."""
+    return images.ImageBuilder(docker_client, tmp_path_factory.mktemp("image-build"))

