@@ -130,10 +130,10 @@ def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
                                        "first_divergence": []})
         if outcome == "error":
             p["errors"] += count
-        elif outcome == "not_comparable":
-            p["not_comparable"] += count
         elif not det:
             p["sampled"] += count
+        elif outcome == "not_comparable":
+            p["not_comparable"] += count
         else:
             p["compared"] += count
             if outcome == "diverged":

@@ -195,6 +195,11 @@ class Exchange:
         usable = [c for _, c in others if c.error is None and not c.cancelled]
         primary_ok = primary.error is None and not primary.cancelled
         if self.meta is None or not self.meta.deterministic or not primary_ok or not usable:
+            if primary_ok and primary.output_tokens is None and primary.text:
+                # No usage chunk: the primary's length (and so its TPOT sample) needs a count.
+                ids = await self._tokenize_all({primary.text})
+                if ids is not None:
+                    primary = dataclasses.replace(primary, output_tokens=len(ids[primary.text]))
             return "none", primary, others
         texts = {primary.text} | {c.text for c in usable}
         ids = await self._tokenize_all(texts)

@@ -216,8 +216,6 @@ def test_identical_servers_give_zero_divergence(identical_traffic: Traffic) -> N
     assert not any(r.startswith("fail") for r in verdict["reasons"]), verdict["reasons"]
 
 
-@pytest.mark.xfail(strict=True, reason="mirror bug: the store counts sampled requests as "
-                   "not_comparable (stats.sampled stays 0), the report counts them as sampled")
 def test_stats_and_report_count_sampled_requests_alike(identical_traffic: Traffic) -> None:
     sampled = identical_traffic.sent - identical_traffic.deterministic
     report = identical_traffic.proxy.report_json()
@@ -225,8 +223,6 @@ def test_stats_and_report_count_sampled_requests_alike(identical_traffic: Traffi
     assert identical_traffic.stats["shadow"]["sampled"] == sampled
 
 
-@pytest.mark.xfail(strict=True, reason="mirror bug: the primary's streamed answer to a sampled "
-                   "request without usage has no output_tokens, so no TPOT sample (the shadow's has)")
 def test_old_and_new_latency_samples_are_alike(identical_traffic: Traffic) -> None:
     """Same traffic, twin servers: both sides must have the same kind and number of samples."""
     latency = identical_traffic.proxy.admin("/admin/gate").json()["details"]["latency"]
