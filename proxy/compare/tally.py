@@ -6,11 +6,11 @@ Built in memory by the mirror or from stored records by the report (`GateInputs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.compare.stats import LatencySamples
-from proxy.compare.types import Comparison, ExchangeRecord, Role
+from proxy.compare.types import Capture, Comparison, ExchangeRecord, Role
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class GateInputs:
                 if cap.cancelled:
                     continue
                 has_baseline = has_baseline or cap.role == "baseline"
-                captures.setdefault(cap.role, []).append(cap)
+                captures.setdefault(cap.role, []).append(timed_capture(record, cap))
                 requests[cap.role] = requests.get(cap.role, 0) + 1
                 failed = cap.error is not None or cap.status is None or cap.status >= 400
                 errors[cap.role] = errors.get(cap.role, 0) + failed
@@ -85,3 +85,12 @@ class GateInputs:
             requests=requests,
             errors=errors,
         )
+
+
+def timed_capture(record: ExchangeRecord, cap: Capture) -> Capture:
+    """The capture with per-token timing kept only if its answer was streamed
+    (an unstreamed answer's TTFT is its E2E and would make TPOT zero)."""
+    streamed = record.meta.stream and (
+        cap.role != "baseline" or bool(record.extra.get("baseline_streamed", True))
+    )
+    return cap if streamed else replace(cap, ttft_s=None, itl_s=())

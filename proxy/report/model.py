@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.compare.gate import GateCriteria, GateInputs, Verdict, evaluate
@@ -23,6 +23,7 @@ from proxy.compare.stats import (
     ratio,
     wilson_interval,
 )
+from proxy.compare.tally import timed_capture
 from proxy.compare.types import Capture, Comparison, ExchangeRecord
 
 ROLE_LABELS: dict[str, str] = {"primary": "old", "shadow": "new", "baseline": "baseline"}
@@ -193,21 +194,12 @@ def _latency_rows(old: LatencySamples, new: LatencySamples) -> tuple[LatencyRow,
     return tuple(rows)
 
 
-def _timed(record: ExchangeRecord, cap: Capture) -> Capture:
-    """The capture with per-token timing kept only if the answer was streamed to it
-    (an unstreamed answer's TTFT is its E2E), as the store's aggregates count it."""
-    streamed = record.meta.stream and (
-        cap.role != "baseline" or bool(record.extra.get("baseline_streamed", True))
-    )
-    return cap if streamed else replace(cap, ttft_s=None, itl_s=())
-
-
 def latency_samples(records: Iterable[ExchangeRecord]) -> dict[str, LatencySamples]:
     """Per-role latency samples: E2E of every answer, TTFT/ITL/TPOT of streamed ones."""
     by_role: dict[str, list[Capture]] = {}
     for record in records:
         for cap in record.captures:
-            by_role.setdefault(cap.role, []).append(_timed(record, cap))
+            by_role.setdefault(cap.role, []).append(timed_capture(record, cap))
     return {role: LatencySamples.from_captures(caps) for role, caps in by_role.items()}
 
 

@@ -51,3 +51,16 @@ def test_inputs_from_records() -> None:
     assert dict(agg.errors) == {"primary": 0, "shadow": 1, "baseline": 0}
     assert agg.latency["shadow"].ttft_s == (0.1, 0.3)
     assert GateInputs.from_records(records[1:2]).baseline_vs_old is None
+
+
+def test_unstreamed_answers_give_e2e_but_no_per_token_latency() -> None:
+    unstreamed = replace(META, stream=False)
+    records = [
+        ExchangeRecord("s", 0.0, META, (_cap("primary"), _cap("shadow")), ()),
+        ExchangeRecord("u", 0.0, unstreamed,
+                       (_cap("primary", ttft_s=0.2), _cap("shadow", ttft_s=0.2)), ()),
+    ]
+    latency = GateInputs.from_records(records).latency
+    assert latency["primary"].ttft_s == (0.1,)
+    assert latency["primary"].e2e_s == (0.2, 0.2)
+    assert len(latency["shadow"].tpot_s) == 1 and latency["shadow"].tpot_s[0] > 0
