@@ -1,0 +1,54 @@
+"""Configuration of the simulated vLLM server (built once by the CLI or a test)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class SimConfigError(ValueError):
+    """A knob has a value the simulator cannot use (the message quotes it)."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Every knob of `vllm-cutover sim`; the defaults answer instantly and never fail."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model_name: str = "sim-model"
+    version: str = "0.32.0-sim"
+    max_model_len: int = 4096
+    ttft_ms: float = 0.0
+    itl_ms: float = 0.0
+    jitter: float = 0.0  # each delay is scaled by a uniform factor in [1 - jitter, 1 + jitter]
+    tokens_per_chunk: int = 1
+    min_natural_tokens: int = 16  # length range of an answer that ends by itself ("stop")
+    max_natural_tokens: int = 128
+    divergence_rate: float = 0.0  # of deterministic requests, the fraction whose tokens differ
+    divergence_at: int | None = None  # token index of the divergence; None: hash-chosen
+    error_rate: float = 0.0  # HTTP 500 instead of an answer
+    reset_rate: float = 0.0  # connection dropped mid-answer
+    garbage_rate: float = 0.0  # invalid SSE / JSON mid-answer
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("divergence_rate", "error_rate", "reset_rate", "garbage_rate", "jitter"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise SimConfigError(f"{name} must be between 0 and 1, got {value!r}")
+        for name in ("ttft_ms", "itl_ms"):
+            if getattr(self, name) < 0:
+                raise SimConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.tokens_per_chunk < 1:
+            raise SimConfigError(f"tokens_per_chunk must be >= 1, got {self.tokens_per_chunk!r}")
+        if not 1 <= self.min_natural_tokens <= self.max_natural_tokens:
+            raise SimConfigError(
+                "natural token range must satisfy 1 <= min <= max, got "
+                f"{self.min_natural_tokens!r}..{self.max_natural_tokens!r}"
+            )
+        if self.divergence_at is not None and self.divergence_at < 0:
+            raise SimConfigError(f"divergence_at must be >= 0, got {self.divergence_at!r}")
+        if not 0 <= self.port <= 65535:
+            raise SimConfigError(f"port must be 0..65535, got {self.port!r}")
+        if self.max_model_len < 2:
+            raise SimConfigError(f"max_model_len must be >= 2, got {self.max_model_len!r}")

@@ -1,0 +1,204 @@
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+
+from proxy.sim.app import make_sim_app
+from proxy.sim.config import SimConfig
+
+
+def sse_events(raw: bytes) -> list[Any]:
+    """Parse a complete SSE body into JSON payloads ('[DONE]' kept as a string)."""
+    out: list[Any] = []
+    for block in raw.decode().split("\n\n"):
+        if not block:
+            continue
+        assert block.startswith("data: "), block
+        payload = block[len("data: ") :]
+        out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+async def client_for(aiohttp_client: Any, **knobs: Any) -> Any:
+    return await aiohttp_client(make_sim_app(SimConfig(**knobs)))
+
+
+async def test_streamed_completion_matches_the_non_streamed_one(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client)
+    body = {"prompt": "same prompt", "max_tokens": 9, "temperature": 0, "return_token_ids": True}
+    plain = await (await client.post("/v1/completions", json=body)).json()
+    resp = await client.post(
+        "/v1/completions",
+        json={**body, "stream": True, "stream_options": {"include_usage": True}},
+    )
+    assert resp.headers["Content-Type"].startswith("text/event-stream")
+    events = sse_events(await resp.read())
+    assert events[-1] == "[DONE]"
+    usage = events[-2]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 9
+    chunks = events[:-2]
+    assert len(chunks) == 9 and all(c["usage"] is None for c in chunks)
+    choice = plain["choices"][0]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == choice["text"]
+    streamed_ids = [t for c in chunks for t in c["choices"][0]["token_ids"]]
+    assert streamed_ids == choice["token_ids"]
+    assert chunks[0]["choices"][0]["prompt_token_ids"] == choice["prompt_token_ids"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-2:] == [None, "length"]
+    assert plain["usage"] == usage["usage"]
+
+
+async def test_chat_stream_role_chunk_then_content(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client, tokens_per_chunk=3)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 7, "temperature": 0}
+    plain = await (await client.post("/v1/chat/completions", json=body)).json()
+    events = sse_events(
+        await (await client.post("/v1/chat/completions", json={**body, "stream": True})).read()
+    )
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    chunks = events[1:-1]
+    assert len(chunks) == 3  # 7 tokens, 3 per chunk
+    assert all(
+        c["object"] == "chat.completion.chunk" and c["choices"][0]["token_ids"] is None
+        for c in chunks
+    )
+    text = "".join(c["choices"][0]["delta"]["content"] for c in chunks)
+    assert text == plain["choices"][0]["message"]["content"]
+    assert plain["object"] == "chat.completion" and plain["usage"]["completion_tokens"] == 7
+
+
+async def test_tokenize_detokenize_agree_with_generation(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client)
+    body = {"prompt": "tok test", "max_tokens": 12, "temperature": 0, "return_token_ids": True}
+    choice = (await (await client.post("/v1/completions", json=body)).json())["choices"][0]
+    tokenized = await (await client.post("/tokenize", json={"prompt": choice["text"]})).json()
+    assert tokenized["tokens"] == choice["token_ids"] and tokenized["count"] == 12
+    detok = await (await client.post("/detokenize", json={"tokens": choice["token_ids"]})).json()
+    assert detok == {"prompt": choice["text"]}
+    prompt = await (await client.post("/tokenize", json={"prompt": "tok test"})).json()
+    assert prompt["tokens"] == choice["prompt_token_ids"]
+    bad = await client.post("/detokenize", json={"tokens": ["x"]})
+    assert bad.status == 400
+
+
+async def test_chat_logprobs_and_completion_logprobs(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client)
+    chat = await (
+        await client.post(
+            "/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": "x"}],
+                "max_tokens": 3,
+                "temperature": 0,
+                "logprobs": True,
+                "top_logprobs": 4,
+            },
+        )
+    ).json()
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert len(content) == 3 and all(len(e["top_logprobs"]) == 4 for e in content)
+    events = sse_events(
+        await (
+            await client.post(
+                "/v1/completions",
+                json={
+                    "prompt": "x",
+                    "max_tokens": 3,
+                    "temperature": 0,
+                    "logprobs": 2,
+                    "stream": True,
+                },
+            )
+        ).read()
+    )
+    lps = [e["choices"][0]["logprobs"] for e in events[:-1]]
+    assert [len(lp["top_logprobs"][0]) for lp in lps] == [2, 2, 2]
+    assert lps[1]["text_offset"][0] == len(lps[0]["tokens"][0])
+
+
+async def test_info_endpoints(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client, model_name="m1", version="9.9.9-sim")
+    assert (await client.get("/health")).status == 200
+    assert (await client.get("/ping")).status == 200
+    assert await (await client.get("/version")).json() == {"version": "9.9.9-sim"}
+    models = await (await client.get("/v1/models")).json()
+    assert [m["id"] for m in models["data"]] == ["m1"]
+    await client.post("/v1/completions", json={"prompt": "a", "max_tokens": 2})
+    metrics = await (await client.get("/metrics")).text()
+    assert 'vllm:generation_tokens_total{model_name="m1",engine="0"} 2' in metrics
+    assert "vllm:time_to_first_token_seconds_count" in metrics
+
+
+async def test_errors_look_like_vllm(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client, model_name="m1")
+    wrong = await client.post("/v1/completions", json={"model": "nope", "prompt": "a"})
+    assert wrong.status == 404 and "`nope`" in (await wrong.json())["error"]["message"]
+    bad = await client.post("/v1/completions", data=b"{not json")
+    assert bad.status == 400 and (await bad.json())["error"]["code"] == 400
+
+
+async def test_injected_http_500(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client, error_rate=1.0)
+    resp = await client.post("/v1/completions", json={"prompt": "a"})
+    assert resp.status == 500 and (await resp.json())["error"]["type"] == "InternalServerError"
+
+
+async def test_injected_reset_drops_the_stream(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client, reset_rate=1.0)
+    resp = await client.post(
+        "/v1/completions", json={"prompt": "a", "max_tokens": 10, "stream": True, "temperature": 0}
+    )
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await resp.read()
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await client.post("/v1/completions", json={"prompt": "a", "max_tokens": 3})
+
+
+async def test_injected_garbage_is_invalid_sse(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client, garbage_rate=1.0)
+    resp = await client.post(
+        "/v1/completions", json={"prompt": "a", "max_tokens": 6, "stream": True, "temperature": 0}
+    )
+    with pytest.raises((AssertionError, ValueError)):
+        sse_events(await resp.read())
+    plain = await client.post("/v1/completions", json={"prompt": "a", "max_tokens": 3})
+    with pytest.raises(ValueError):
+        json.loads(await plain.read())
+
+
+async def test_two_sims_agree_unless_divergence_is_injected(aiohttp_client: Any) -> None:
+    old = await client_for(aiohttp_client)
+    twin = await client_for(aiohttp_client)
+    new = await client_for(aiohttp_client, divergence_rate=1.0, divergence_at=2)
+    body = {"prompt": "compare me", "max_tokens": 6, "temperature": 0, "return_token_ids": True}
+    ids = []
+    for client in (old, twin, new):
+        ids.append(
+            (await (await client.post("/v1/completions", json=body)).json())["choices"][0][
+                "token_ids"
+            ]
+        )
+    assert ids[0] == ids[1]
+    assert ids[2][:2] == ids[0][:2] and ids[2][2] != ids[0][2]
+
+
+async def test_latency_knobs_shape_ttft_and_itl(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client, ttft_ms=60, itl_ms=15)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    resp = await client.post(
+        "/v1/completions", json={"prompt": "a", "max_tokens": 5, "stream": True, "temperature": 0}
+    )
+    arrivals = []
+    async for line in resp.content:
+        if line.startswith(b"data: {"):
+            arrivals.append(loop.time() - start)
+    assert len(arrivals) == 5
+    assert 0.055 <= arrivals[0] < 0.5
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert all(g >= 0.008 for g in gaps), gaps
+    assert arrivals[-1] >= 0.06 + 4 * 0.015 - 0.005
