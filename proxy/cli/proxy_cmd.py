@@ -1,16 +1,95 @@
-"""`vllm-cutover proxy` (not built yet)."""
+"""`vllm-cutover proxy`: serve from the primary, mirror to the shadow, compare, keep evidence."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from proxy.mirror.config import ProxyConfig
+
+TOKEN_ENV = "VLLM_CUTOVER_ADMIN_TOKEN"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("proxy", help="(not built yet)")
-    parser.set_defaults(func=_run)
+    p = subparsers.add_parser(
+        "proxy",
+        help="mirroring reverse proxy in front of the old (primary) and new (shadow) vLLM",
+        description="Relay every request to the primary; mirror a sample of /v1/completions "
+                    "and /v1/chat/completions to the shadow (and baseline), compare tokens "
+                    "and latency, record the evidence, serve a gate on the admin port.",
+    )
+    p.add_argument("--port", type=int, default=8080, help="client port (default %(default)s)")
+    p.add_argument("--host", default="0.0.0.0", help="client address (default %(default)s)")
+    p.add_argument("--primary", required=True, metavar="URL", help="backend serving clients")
+    p.add_argument("--shadow", required=True, metavar="URL", help="backend mirrored to")
+    p.add_argument("--baseline", metavar="URL",
+                   help="second copy of the primary's version: measures old-vs-old noise")
+    p.add_argument("--sample-rate", type=float, default=1.0, metavar="F",
+                   help="fraction of generation requests mirrored (default %(default)s)")
+    p.add_argument("--sample-header", metavar="NAME",
+                   help="sample consistently by the hash of this request header")
+    p.add_argument("--shadow-timeout", type=float, default=120.0, metavar="S",
+                   help="total time allowed to a mirrored request (default %(default)s)")
+    p.add_argument("--max-shadow-inflight", type=int, default=256, metavar="N",
+                   help="mirrored requests in flight; beyond: dropped and counted")
+    p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024, metavar="N",
+                   help="request body limit; larger bodies get a 413 (default %(default)s)")
+    p.add_argument("--db", default=":memory:", metavar="PATH",
+                   help="SQLite file for records (default: in memory, lost on exit)")
+    p.add_argument("--retention", type=int, default=100_000, metavar="N",
+                   help="keep at most N records (default %(default)s)")
+    p.add_argument("--store-text", action="store_true",
+                   help="also store completion text and token ids (off: hashes and lengths)")
+    p.add_argument("--admin-port", type=int, metavar="P2", help="admin API port (off if unset)")
+    p.add_argument("--admin-host", default="127.0.0.1", help="admin address (default loopback)")
+    p.add_argument("--admin-token", metavar="T",
+                   help=f"bearer token for mutating admin calls (or env {TOKEN_ENV})")
+    p.add_argument("--drain-timeout", type=float, default=30.0, metavar="S",
+                   help="on SIGTERM, time for requests in flight to finish (default %(default)s)")
+    p.set_defaults(func=_run)
+
+
+def build_config(args: argparse.Namespace) -> ProxyConfig:
+    """The only place argparse values become configuration (validated there)."""
+    from proxy.mirror.config import (
+        AdminConfig,
+        MirrorConfig,
+        ProxyConfig,
+        RouteConfig,
+        StoreConfig,
+    )
+
+    return ProxyConfig(
+        routes=RouteConfig(args.primary, args.shadow, args.baseline),
+        host=args.host,
+        port=args.port,
+        mirror=MirrorConfig(
+            sample_rate=args.sample_rate,
+            sample_header=args.sample_header,
+            shadow_timeout_s=args.shadow_timeout,
+            max_shadow_inflight=args.max_shadow_inflight,
+        ),
+        store=StoreConfig(db_path=args.db, retention_rows=args.retention,
+                          store_text=args.store_text),
+        admin=AdminConfig(host=args.admin_host, port=args.admin_port,
+                          token=args.admin_token or os.environ.get(TOKEN_ENV) or None),
+        max_body_bytes=args.max_body_bytes,
+        drain_timeout_s=args.drain_timeout,
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
-    print("vllm-cutover proxy: not built yet", file=sys.stderr)
-    return 2
+    from proxy.mirror.config import ConfigError
+
+    try:
+        config = build_config(args)
+    except ConfigError as exc:
+        print(f"vllm-cutover proxy: {exc}", file=sys.stderr)
+        return 2
+    from proxy.mirror.server import run
+
+    run(config)
+    return 0

@@ -44,6 +44,7 @@ class Capture:
     text: str  # generated text of choice 0 (kept in memory only; stored only if allowed)
     token_ids: tuple[int, ...] | None  # generated ids of choice 0 when known
     top_logprobs: tuple[dict[str, float], ...] | None = None  # per position, token -> logprob
+    sampled_tokens: tuple[str, ...] | None = None  # token string per position (from logprobs)
     error: str | None = None  # "timeout", "connect", "reset", "invalid_sse", "http_5xx", ...
     cancelled: bool = False  # client went away, request aborted
 

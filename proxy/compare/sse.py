@@ -1,0 +1,109 @@
+"""Incremental Server-Sent Events decoder (no I/O).
+
+Bytes arrive in arbitrary pieces; `SSEDecoder.feed` returns the events completed
+by each piece. Lines are split on bytes before decoding: CR and LF never occur
+inside a multi-byte UTF-8 sequence, so a character split across two chunks is
+simply held in the incomplete-line buffer until its line ends. Line endings
+CRLF, LF and CR are all accepted, including a CRLF split between two chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DONE = "[DONE]"
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One dispatched event: `data` is the data lines joined with "\\n"."""
+
+    data: str
+    event: str = "message"
+    id: str | None = None
+
+
+class SSEDecoder:
+    """Stateful decoder: feed it chunks, get completed events back."""
+
+    __slots__ = ("_data", "_event", "_id", "_partial", "_skip_lf", "comments", "max_line_bytes")
+
+    def __init__(self, max_line_bytes: int = 16 * 1024 * 1024) -> None:
+        self._partial = b""
+        self._skip_lf = False
+        self._data: list[bytes] = []
+        self._event: str | None = None
+        self._id: str | None = None
+        self.comments = 0
+        self.max_line_bytes = max_line_bytes
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Consume `chunk`; return the events whose terminating blank line it completed.
+
+        Raises ValueError when a single line grows beyond `max_line_bytes`.
+        """
+        if not chunk:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[0] == 0x0A:
+                chunk = chunk[1:]
+        buf = self._partial + chunk if self._partial else chunk
+        if b"\r" in buf:
+            # A trailing CR ends its line now; an LF opening the next chunk belongs to it.
+            self._skip_lf = buf[-1] == 0x0D
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > self.max_line_bytes:
+            raise ValueError(f"SSE line longer than {self.max_line_bytes} bytes")
+        events: list[SSEEvent] = []
+        data = self._data
+        for line in lines:
+            if not line:
+                if data:
+                    events.append(self._dispatch())
+                    data = self._data
+                else:
+                    self._event = None
+                continue
+            if line[:6] == b"data: ":
+                data.append(line[6:])
+            elif line[0] == 0x3A:  # ":" comment / keep-alive
+                self.comments += 1
+            else:
+                self._field(line)
+        return events
+
+    def flush(self) -> list[SSEEvent]:
+        """End of stream: dispatch an event left without its blank line (lenient)."""
+        self._skip_lf = False
+        events = self.feed(b"\n") if self._partial else []
+        if self._data:
+            events.append(self._dispatch())
+        return events
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes buffered that did not yet form a complete line or event."""
+        return len(self._partial) + sum(len(d) for d in self._data)
+
+    def _field(self, line: bytes) -> None:
+        name, sep, value = line.partition(b":")
+        if sep and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value)
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif name == b"id":
+            self._id = value.decode("utf-8", "replace")
+        # "retry" and unknown fields are ignored, as the SSE spec says.
+
+    def _dispatch(self) -> SSEEvent:
+        data = self._data
+        raw = data[0] if len(data) == 1 else b"\n".join(data)
+        event = SSEEvent(raw.decode("utf-8", "replace"), self._event or "message", self._id)
+        self._data = []
+        self._event = None
+        return event

@@ -1,0 +1,132 @@
+"""Every Prometheus object of the proxy, declared here with bounded labels and explicit buckets.
+
+The registry is passed in (tests use their own); nothing registers globally.
+Label values come from small fixed sets: role, endpoint, status class, outcome,
+and a backend label that maps at most `max_backends` URLs to names (the rest
+become "other"), so replacing routes at run time cannot grow the series count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from proxy.compare.types import Capture, Comparison
+
+__all__ = ["CONTENT_TYPE_LATEST", "ProxyMetrics", "status_class"]
+
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
+                     1.5, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+ITL_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
+                 0.2, 0.5, 1.0, 2.5)
+DIVERGENCE_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+VERDICTS = ("pass", "fail", "inconclusive")
+OTHER = "other"
+
+
+def status_class(status: int | None) -> str:
+    return "none" if status is None else f"{status // 100}xx"
+
+
+class ProxyMetrics:
+    """The proxy's metrics on `registry`; methods turn domain values into observations."""
+
+    def __init__(self, registry: CollectorRegistry, max_backends: int = 8) -> None:
+        self.registry = registry
+        self._max_backends = max_backends
+        self._backend_labels: dict[str, str] = {}
+        ns = "vllm_cutover"
+        self.requests = Counter(
+            f"{ns}_requests", "Requests answered, per role and backend",
+            ("role", "backend", "endpoint", "status_class"), registry=registry)
+        self.ttft = Histogram(
+            f"{ns}_ttft_seconds", "Time to first token (first chunk with choices)",
+            ("role", "backend", "endpoint"), buckets=LATENCY_BUCKETS_S, registry=registry)
+        self.itl = Histogram(
+            f"{ns}_itl_seconds", "Inter-token latency (gap between token chunks)",
+            ("role", "backend"), buckets=ITL_BUCKETS_S, registry=registry)
+        self.e2e = Histogram(
+            f"{ns}_e2e_seconds", "End-to-end request latency",
+            ("role", "backend", "endpoint"), buckets=LATENCY_BUCKETS_S, registry=registry)
+        self.backend_errors = Counter(
+            f"{ns}_backend_errors", "Backend requests that failed (no usable answer)",
+            ("role", "backend", "kind"), registry=registry)
+        self.proxy_errors = Counter(
+            f"{ns}_proxy_errors", "Errors the proxy answered itself", ("status",),
+            registry=registry)
+        self.cancelled = Counter(
+            f"{ns}_client_cancelled", "Requests whose client went away mid-request",
+            registry=registry)
+        self.comparisons = Counter(
+            f"{ns}_comparisons", "Comparisons with the primary per outcome",
+            ("against", "outcome", "deterministic"), registry=registry)
+        self.first_divergence = Histogram(
+            f"{ns}_first_divergence_tokens", "Token index of the first divergence",
+            ("against",), buckets=DIVERGENCE_BUCKETS, registry=registry)
+        self.mirrored = Counter(
+            f"{ns}_shadow_mirrored", "Requests mirrored", ("role",), registry=registry)
+        self.shadow_dropped = Counter(
+            f"{ns}_shadow_dropped", "Sampled requests not mirrored", ("reason",),
+            registry=registry)
+        self.shadow_inflight = Gauge(
+            f"{ns}_shadow_inflight", "Mirrored requests in flight", registry=registry)
+        self.token_id_source = Counter(
+            f"{ns}_token_id_source", "Where compared token ids came from", ("source",),
+            registry=registry)
+        self.records_dropped = Counter(
+            f"{ns}_records_dropped", "Records not stored (store queue full or failing)",
+            registry=registry)
+        self.verdict = Gauge(
+            f"{ns}_verdict", "Current gate verdict (1 on the current one)", ("verdict",),
+            registry=registry)
+        self.route_version = Gauge(
+            f"{ns}_route_version", "Version of the routing table", registry=registry)
+        for name in VERDICTS:
+            self.verdict.labels(name).set(1.0 if name == "inconclusive" else 0.0)
+
+    def backend_label(self, url: str) -> str:
+        """host:port of the first `max_backends` URLs seen, "other" after that."""
+        label = self._backend_labels.get(url)
+        if label is None:
+            if len(self._backend_labels) >= self._max_backends:
+                return OTHER
+            label = url.split("://", 1)[-1][:64]
+            self._backend_labels[url] = label
+        return label
+
+    def observe_capture(self, capture: Capture, endpoint: str, count_request: bool = True) -> None:
+        """Latency and errors of one capture (`capture.backend` is already a bounded label)."""
+        backend = capture.backend
+        if count_request:
+            self.requests.labels(capture.role, backend, endpoint,
+                                 status_class(capture.status)).inc()
+        if capture.cancelled:
+            return
+        if capture.error is not None:
+            self.backend_errors.labels(capture.role, backend, capture.error[:24]).inc()
+            return
+        if capture.ttft_s is not None:
+            self.ttft.labels(capture.role, backend, endpoint).observe(capture.ttft_s)
+        if capture.e2e_s is not None:
+            self.e2e.labels(capture.role, backend, endpoint).observe(capture.e2e_s)
+        if capture.itl_s:
+            observe = self.itl.labels(capture.role, backend).observe
+            for gap in capture.itl_s:
+                observe(gap)
+
+    def observe_comparisons(self, comparisons: Iterable[Comparison], deterministic: bool) -> None:
+        det = "true" if deterministic else "false"
+        for comparison in comparisons:
+            self.comparisons.labels(comparison.against, comparison.outcome, det).inc()
+            if comparison.first_divergence is not None:
+                self.first_divergence.labels(comparison.against).observe(
+                    comparison.first_divergence)
+
+    def set_verdict(self, verdict: str) -> None:
+        for name in VERDICTS:
+            self.verdict.labels(name).set(1.0 if name == verdict else 0.0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,120 @@
+"""The proxy's aiohttp application: factory, the catch-all handler, lifecycle.
+
+Shared objects (router and its sessions, store, metrics, background tasks,
+mirror) live on the app under `web.AppKey`s and are created and closed by
+`cleanup_ctx`, in an order that lets shutdown drain: background tasks first,
+then the connection pools, then the store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from proxy.compare.request import endpoint_for_path, prepare
+from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
+from proxy.mirror.config import ProxyConfig
+from proxy.mirror.exchange import Mirror
+from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
+from proxy.mirror.routing import Router, make_session_factory
+from proxy.mirror.tasks import BackgroundTasks
+from proxy.store import RecordStore, SqliteStore
+
+log = logging.getLogger(__name__)
+
+CONFIG_KEY = web.AppKey("config", ProxyConfig)
+METRICS_KEY = web.AppKey("metrics", ProxyMetrics)
+ROUTER_KEY = web.AppKey("router", Router)
+STORE_KEY = web.AppKey("store", RecordStore)
+TASKS_KEY = web.AppKey("tasks", BackgroundTasks)
+MIRROR_KEY = web.AppKey("mirror", Mirror)
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    """Relay any request to the primary; mirror sampled generation requests."""
+    app = request.app
+    metrics = app[METRICS_KEY]
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        metrics.proxy_errors.labels("413").inc()
+        limit = app[CONFIG_KEY].max_body_bytes
+        return proxy_error(413, f"request body larger than the proxy's limit of {limit} bytes")
+    routes = app[ROUTER_KEY].routes
+    primary = routes.primary.acquire()
+    headers = request_headers(request.headers)
+    endpoint = endpoint_for_path(request.path) if request.method == "POST" else None
+    exchange = None
+    if endpoint is not None:
+        mirror = app[MIRROR_KEY]
+        if mirror.wants(routes, request.headers):
+            prepared = prepare(body, endpoint)
+            if prepared is None:
+                metrics.shadow_dropped.labels("malformed_json").inc()
+            else:
+                exchange = mirror.start(routes, request.raw_path, headers, prepared)
+    result = RelayResult()
+    try:
+        return await relay(request, primary, body, headers, result,
+                           exchange.tap_for if exchange is not None else None)
+    finally:
+        primary.release()
+        if exchange is not None:
+            exchange.primary_done(result)
+        metrics.requests.labels("primary", metrics.backend_label(primary.url),
+                                endpoint or "other", status_class(result.status)).inc()
+        if result.error in ("connect", "timeout"):
+            metrics.proxy_errors.labels("502" if result.error == "connect" else "504").inc()
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    body = request.app[METRICS_KEY].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def build_app(config: ProxyConfig, registry: CollectorRegistry | None = None) -> web.Application:
+    """The client-facing application (the admin app is built from it by admin.build_admin_app)."""
+    app = web.Application(client_max_size=config.max_body_bytes, handler_args={
+        "max_field_size": 65536, "max_line_size": 65536})
+    app[CONFIG_KEY] = config
+    app[METRICS_KEY] = ProxyMetrics(registry if registry is not None else CollectorRegistry())
+    app.cleanup_ctx.append(_store_ctx)
+    app.cleanup_ctx.append(_router_ctx)
+    app.cleanup_ctx.append(_tasks_ctx)
+    if config.main_metrics_path:
+        app.router.add_get(config.main_metrics_path, metrics_handler)
+    app.router.add_route("*", "/{tail:.*}", handle)
+    return app
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG_KEY].store
+    metrics = app[METRICS_KEY]
+    sync = SqliteStore(config.db_path, config.retention_rows, config.store_text)
+    store = RecordStore(sync, on_drop=metrics.records_dropped.inc)
+    store.start()
+    app[STORE_KEY] = store
+    yield
+    await store.close()
+
+
+async def _router_ctx(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG_KEY]
+    factory = make_session_factory(config.connect_timeout_s, config.mirror.max_shadow_inflight)
+    router = Router(config.routes, factory)
+    app[ROUTER_KEY] = router
+    app[METRICS_KEY].route_version.set(router.routes.version)
+    yield
+    await router.close()
+
+
+async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG_KEY]
+    tasks = BackgroundTasks()
+    app[TASKS_KEY] = tasks
+    app[MIRROR_KEY] = Mirror(config.mirror, tasks, app[METRICS_KEY], app[STORE_KEY])
+    yield
+    await tasks.drain(config.drain_timeout_s)

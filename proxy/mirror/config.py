@@ -1,0 +1,133 @@
+"""Typed configuration of the mirroring proxy, built once by the CLI.
+
+Every value is validated here and the bad value is quoted in the error, so the
+rest of the proxy never sees an invalid setting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+MAIN_METRICS_PATH = "/_vllm_cutover/metrics"
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message quotes the bad value."""
+
+
+def normalize_backend_url(url: str, what: str = "backend URL") -> str:
+    """Return `url` without a trailing slash; reject anything but http(s)://host[:port][/path]."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{what} must look like http://host:port, got {url!r}")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"{what} must not carry a query or fragment, got {url!r}")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise ConfigError(f"{what} has a bad port: {url!r}") from exc
+    return url.strip().rstrip("/")
+
+
+@dataclass(frozen=True)
+class RouteConfig:
+    """Which backend serves clients (primary) and which ones are mirrored to."""
+
+    primary: str
+    shadow: str | None = None
+    baseline: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "primary", normalize_backend_url(self.primary, "primary URL"))
+        for name in ("shadow", "baseline"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, normalize_backend_url(value, f"{name} URL"))
+        if self.baseline is not None and self.shadow is None:
+            raise ConfigError(f"a baseline ({self.baseline!r}) needs a shadow to compare against")
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    """Sampling, limits and timeouts of the shadow path."""
+
+    sample_rate: float = 1.0
+    sample_header: str | None = None  # consistent sampling by this header's hash
+    shadow_timeout_s: float = 120.0
+    max_shadow_inflight: int = 256
+    tokenize_concurrency: int = 4
+    tokenize_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.sample_rate <= 1.0) or math.isnan(self.sample_rate):
+            raise ConfigError(f"--sample-rate must be in [0, 1], got {self.sample_rate!r}")
+        if not self.shadow_timeout_s > 0:
+            raise ConfigError(f"--shadow-timeout must be > 0, got {self.shadow_timeout_s!r}")
+        if self.max_shadow_inflight < 0:
+            raise ConfigError(
+                f"--max-shadow-inflight must be >= 0, got {self.max_shadow_inflight!r}"
+            )
+        if self.tokenize_concurrency < 1:
+            raise ConfigError(
+                f"tokenize concurrency must be >= 1, got {self.tokenize_concurrency!r}"
+            )
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Where records go and what they may contain."""
+
+    db_path: str = ":memory:"
+    retention_rows: int = 100_000
+    store_text: bool = False
+
+    def __post_init__(self) -> None:
+        if self.retention_rows < 1:
+            raise ConfigError(f"--retention must be >= 1, got {self.retention_rows!r}")
+
+
+@dataclass(frozen=True)
+class AdminConfig:
+    """The admin listener (routes, gate, stats, /metrics)."""
+
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: no admin listener
+    token: str | None = None  # None: mutating and record-reading endpoints refuse
+
+    def __post_init__(self) -> None:
+        if self.port is not None and not (0 <= self.port <= 65535):
+            raise ConfigError(f"--admin-port must be in 0..65535, got {self.port!r}")
+        if self.token is not None and len(self.token) < 8:
+            raise ConfigError("the admin token must have at least 8 characters")
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """Everything `vllm-cutover proxy` needs."""
+
+    routes: RouteConfig
+    host: str = "0.0.0.0"
+    port: int = 8080
+    mirror: MirrorConfig = MirrorConfig()
+    store: StoreConfig = StoreConfig()
+    admin: AdminConfig = AdminConfig()
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    main_metrics_path: str | None = MAIN_METRICS_PATH  # None: /metrics only on the admin port
+    drain_timeout_s: float = 30.0
+    connect_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.port <= 65535):
+            raise ConfigError(f"--port must be in 0..65535, got {self.port!r}")
+        if self.max_body_bytes < 1:
+            raise ConfigError(f"--max-body-bytes must be >= 1, got {self.max_body_bytes!r}")
+        if self.main_metrics_path is not None and (
+            not self.main_metrics_path.startswith("/") or self.main_metrics_path == "/metrics"
+        ):
+            raise ConfigError(
+                "the proxy's own metrics path must start with '/' and not be the primary's "
+                f"/metrics, got {self.main_metrics_path!r}"
+            )

@@ -1,0 +1,79 @@
+"""Running the proxy: both listeners, signals that set a flag, graceful shutdown.
+
+SIGTERM/SIGINT only set an event; shutdown then stops accepting, lets requests in
+flight finish (up to the drain timeout, aiohttp's `shutdown_timeout`), drains the
+background tasks (cleanup_ctx) and closes pools and the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+
+from aiohttp import web
+
+from proxy.mirror.admin import build_admin_app
+from proxy.mirror.app import build_app
+from proxy.mirror.config import ProxyConfig
+
+log = logging.getLogger(__name__)
+
+
+async def _start(app: web.Application, host: str, port: int,
+                 drain_timeout_s: float) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           shutdown_timeout=drain_timeout_s)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
+    await site.start()
+    addresses = runner.addresses
+    return runner, int(addresses[0][1]) if addresses else port
+
+
+async def serve(config: ProxyConfig, stop: asyncio.Event | None = None,
+                on_ready: Callable[[int, int | None], None] | None = None) -> None:
+    """Serve until `stop` is set (or SIGTERM/SIGINT), then shut down gracefully."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    app = build_app(config)
+    runner, port = await _start(app, config.host, config.port, config.drain_timeout_s)
+    admin_runner: web.AppRunner | None = None
+    admin_port: int | None = None
+    try:
+        if config.admin.port is not None:
+            admin_runner, admin_port = await _start(
+                build_admin_app(app), config.admin.host, config.admin.port, 5.0)
+        log.info("proxy on %s:%d -> primary %s, shadow %s, baseline %s; admin on %s",
+                 config.host, port, config.routes.primary, config.routes.shadow,
+                 config.routes.baseline,
+                 f"{config.admin.host}:{admin_port}" if admin_port is not None else "off")
+        if on_ready is not None:
+            on_ready(port, admin_port)
+        await stop.wait()
+        log.info("shutting down: draining requests (up to %.0fs)", config.drain_timeout_s)
+    finally:
+        if admin_runner is not None:
+            await admin_runner.cleanup()
+        await runner.cleanup()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.remove_signal_handler(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+
+def run(config: ProxyConfig) -> None:
+    """Blocking entry point for the CLI (uvloop when installed)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(config))
+        return
+    uvloop.run(serve(config))

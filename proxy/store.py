@@ -1,0 +1,382 @@
+"""SQLite records of mirrored exchanges: a synchronous core plus an async single-writer front.
+
+`SqliteStore` is plain sqlite3 (the report and tests use it directly); the proxy
+uses `RecordStore`, which queues records and writes them in batches from one
+worker thread, so the event loop never waits on the disk. Prompt and completion
+text are kept only when `store_text` is on; otherwise hashes, lengths and
+positions. The oldest rows beyond `retention_rows` are deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import sqlite3
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
+
+__all__ = ["LatencySamples", "PairCounts", "RecordStore", "RoleCounts", "SqliteStore",
+           "StoreAggregates"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS exchange (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, started_unix REAL NOT NULL,
+    endpoint TEXT NOT NULL, stream INTEGER NOT NULL, deterministic INTEGER NOT NULL,
+    prompt_sha256 TEXT NOT NULL, prompt_chars INTEGER NOT NULL, max_tokens INTEGER,
+    n INTEGER NOT NULL, logprobs_k INTEGER, extra TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS capture (
+    exchange_id INTEGER NOT NULL, role TEXT NOT NULL, backend TEXT NOT NULL, status INTEGER,
+    ttft_s REAL, e2e_s REAL, itl_s BLOB, output_tokens INTEGER, finish_reason TEXT,
+    text_sha256 TEXT NOT NULL, text_chars INTEGER NOT NULL, text TEXT, token_ids BLOB,
+    error TEXT, cancelled INTEGER NOT NULL, PRIMARY KEY (exchange_id, role));
+CREATE TABLE IF NOT EXISTS comparison (
+    exchange_id INTEGER NOT NULL, against TEXT NOT NULL, outcome TEXT NOT NULL,
+    exact_match INTEGER NOT NULL, first_divergence INTEGER, edit_distance INTEGER,
+    length_delta INTEGER, finish_reason_match INTEGER, close_match INTEGER, reason TEXT NOT NULL,
+    PRIMARY KEY (exchange_id, against));
+"""
+
+
+def _opt_bool(value: bool | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _from_opt_bool(value: int | None) -> bool | None:
+    return None if value is None else bool(value)
+
+
+@dataclass(frozen=True)
+class PairCounts:
+    """Comparisons of one side (shadow or baseline) with the primary."""
+
+    compared: int = 0  # deterministic requests with a token verdict (match or diverged)
+    diverged: int = 0
+    close: int = 0  # diverged, but within vLLM's top-k closeness rule
+    not_comparable: int = 0
+    errors: int = 0
+    sampled: int = 0  # non-deterministic: compared only as distributions
+    first_divergence: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class LatencySamples:
+    """Latency samples of one role (successful requests only)."""
+
+    ttft_s: tuple[float, ...] = ()
+    tpot_s: tuple[float, ...] = ()
+    itl_s: tuple[float, ...] = ()
+    e2e_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class RoleCounts:
+    """Outcomes of one role's requests."""
+
+    requests: int = 0
+    errors: int = 0
+    cancelled: int = 0
+    finish_reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoreAggregates:
+    """What the gate and the report need, summed over the kept records."""
+
+    records: int
+    shadow: PairCounts
+    baseline: PairCounts | None  # None: no baseline comparison was ever recorded
+    latency: dict[str, LatencySamples]
+    roles: dict[str, RoleCounts]
+
+    def as_json(self) -> dict[str, Any]:
+        def pair(p: PairCounts) -> dict[str, Any]:
+            out = asdict(p)
+            del out["first_divergence"]
+            return out
+
+        return {
+            "records": self.records,
+            "shadow": pair(self.shadow),
+            "baseline": pair(self.baseline) if self.baseline else None,
+            "latency_samples": {r: len(s.ttft_s) for r, s in self.latency.items()},
+            "roles": {r: asdict(c) for r, c in self.roles.items()},
+        }
+
+
+def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
+                   captures: Sequence[tuple[Any, ...]], latency: Sequence[tuple[Any, ...]],
+                   max_itl_samples: int = 200_000) -> StoreAggregates:
+    """Fold raw rows (see `SqliteStore.aggregates`) into `StoreAggregates`."""
+    pairs: dict[str, dict[str, Any]] = {}
+    for against, outcome, det, close, first in comparisons:
+        p = pairs.setdefault(against, {"compared": 0, "diverged": 0, "close": 0,
+                                       "not_comparable": 0, "errors": 0, "sampled": 0,
+                                       "first_divergence": []})
+        if outcome == "error":
+            p["errors"] += 1
+        elif outcome == "not_comparable":
+            p["not_comparable"] += 1
+        elif not det:
+            p["sampled"] += 1
+        else:
+            p["compared"] += 1
+            if outcome == "diverged":
+                p["diverged"] += 1
+                p["close"] += int(bool(close))
+                if first is not None:
+                    p["first_divergence"].append(first)
+    made = {k: PairCounts(**{**v, "first_divergence": tuple(v["first_divergence"])})
+            for k, v in pairs.items()}
+    roles: dict[str, dict[str, Any]] = {}
+    for role, _status, error, cancelled, finish in captures:
+        r = roles.setdefault(role, {"requests": 0, "errors": 0, "cancelled": 0,
+                                    "finish_reasons": {}})
+        r["requests"] += 1
+        if cancelled:
+            r["cancelled"] += 1
+        elif error is not None:
+            r["errors"] += 1
+        if finish is not None:
+            r["finish_reasons"][finish] = r["finish_reasons"].get(finish, 0) + 1
+    samples: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {}
+    itl_left = max_itl_samples
+    for role, ttft, e2e, tokens, itl_blob in reversed(latency):
+        ttfts, tpots, itls, e2es = samples.setdefault(role, ([], [], [], []))
+        ttfts.append(ttft)
+        if e2e is not None:
+            e2es.append(e2e)
+            if tokens is not None and tokens > 1:
+                tpots.append((e2e - ttft) / (tokens - 1))
+        if itl_blob and itl_left > 0:
+            gaps = array("f")
+            gaps.frombytes(itl_blob)
+            itls.extend(gaps[:itl_left])
+            itl_left -= len(gaps)
+    return StoreAggregates(
+        records=records,
+        shadow=made.get("shadow", PairCounts()),
+        baseline=made.get("baseline"),
+        latency={r: LatencySamples(tuple(a), tuple(b), tuple(c), tuple(d))
+                 for r, (a, b, c, d) in samples.items()},
+        roles={r: RoleCounts(**v) for r, v in roles.items()},
+    )
+
+
+class SqliteStore:
+    """Synchronous access to the records database (one thread at a time)."""
+
+    def __init__(self, path: str, retention_rows: int = 100_000, store_text: bool = False,
+                 readonly: bool = False) -> None:
+        self.path = path
+        self.retention_rows = retention_rows
+        self.store_text = store_text
+        if readonly and path != ":memory:":
+            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        else:
+            self._db = sqlite3.connect(path, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def write(self, records: Sequence[ExchangeRecord]) -> None:
+        """Insert `records` in one transaction, then apply the retention bound."""
+        with self._db:
+            for record in records:
+                self._insert(record)
+            self._prune()
+
+    def _insert(self, record: ExchangeRecord) -> None:
+        meta = record.meta
+        cur = self._db.execute(
+            "INSERT INTO exchange (request_id, started_unix, endpoint, stream, deterministic,"
+            " prompt_sha256, prompt_chars, max_tokens, n, logprobs_k, extra)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (record.request_id, record.started_unix, meta.endpoint, int(meta.stream),
+             int(meta.deterministic), meta.prompt_sha256, meta.prompt_chars, meta.max_tokens,
+             meta.n, meta.logprobs_k, json.dumps(record.extra, default=str)))
+        exchange_id = cur.lastrowid
+        self._db.executemany(
+            "INSERT INTO capture VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [self._capture_row(exchange_id, c) for c in record.captures])
+        self._db.executemany(
+            "INSERT INTO comparison VALUES (?,?,?,?,?,?,?,?,?,?)",
+            [(exchange_id, c.against, c.outcome, int(c.exact_match), c.first_divergence,
+              c.edit_distance, c.length_delta, _opt_bool(c.finish_reason_match),
+              _opt_bool(c.close_match), c.reason) for c in record.comparisons])
+
+    def _capture_row(self, exchange_id: int | None, c: Capture) -> tuple[Any, ...]:
+        keep = self.store_text
+        token_ids = None
+        if keep and c.token_ids is not None:
+            token_ids = array("q", c.token_ids).tobytes()
+        return (exchange_id, c.role, c.backend, c.status, c.ttft_s, c.e2e_s,
+                array("f", c.itl_s).tobytes(), c.output_tokens, c.finish_reason,
+                hashlib.sha256(c.text.encode("utf-8", "replace")).hexdigest(), len(c.text),
+                c.text if keep else None, token_ids, c.error, int(c.cancelled))
+
+    def _prune(self) -> None:
+        row = self._db.execute("SELECT MAX(id) FROM exchange").fetchone()
+        if row[0] is None or row[0] <= self.retention_rows:
+            return
+        cutoff = row[0] - self.retention_rows
+        self._db.execute("DELETE FROM exchange WHERE id <= ?", (cutoff,))
+        self._db.execute("DELETE FROM capture WHERE exchange_id <= ?", (cutoff,))
+        self._db.execute("DELETE FROM comparison WHERE exchange_id <= ?", (cutoff,))
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM exchange").fetchone()[0])
+
+    def records(self, after_id: int = 0, limit: int | None = None,
+                batch: int = 500) -> Iterator[ExchangeRecord]:
+        """Records in insertion order; `extra["id"]` is the row id (for paging with after_id)."""
+        left = limit
+        while left is None or left > 0:
+            size = batch if left is None else min(batch, left)
+            rows = self._db.execute(
+                "SELECT * FROM exchange WHERE id > ? ORDER BY id LIMIT ?", (after_id, size)
+            ).fetchall()
+            if not rows:
+                return
+            ids = [r[0] for r in rows]
+            captures = self._children("capture", ids)
+            comparisons = self._children("comparison", ids)
+            for row in rows:
+                yield self._record(row, captures.get(row[0], []), comparisons.get(row[0], []))
+            after_id = ids[-1]
+            if left is not None:
+                left -= len(rows)
+
+    def _children(self, table: str, ids: list[int]) -> dict[int, list[tuple[Any, ...]]]:
+        out: dict[int, list[tuple[Any, ...]]] = {}
+        marks = ",".join("?" * len(ids))
+        for row in self._db.execute(
+                f"SELECT * FROM {table} WHERE exchange_id IN ({marks})", ids):
+            out.setdefault(row[0], []).append(row)
+        return out
+
+    @staticmethod
+    def _record(row: tuple[Any, ...], capture_rows: list[tuple[Any, ...]],
+                comparison_rows: list[tuple[Any, ...]]) -> ExchangeRecord:
+        (row_id, request_id, started, endpoint, stream, det, sha, chars, max_tokens, n,
+         logprobs_k, extra_json) = row
+        extra = json.loads(extra_json)
+        extra["id"] = row_id
+        text_info: dict[str, dict[str, Any]] = {}
+        captures = []
+        for c in capture_rows:
+            itl = array("f")
+            itl.frombytes(c[6])
+            ids: tuple[int, ...] | None = None
+            if c[12] is not None:
+                packed = array("q")
+                packed.frombytes(c[12])
+                ids = tuple(packed)
+            text_info[c[1]] = {"sha256": c[9], "chars": c[10]}
+            captures.append(Capture(
+                role=c[1], backend=c[2], status=c[3], ttft_s=c[4], itl_s=tuple(itl),
+                e2e_s=c[5], output_tokens=c[7], finish_reason=c[8], text=c[11] or "",
+                token_ids=ids, error=c[13], cancelled=bool(c[14])))
+        extra["text"] = text_info
+        comparisons = tuple(Comparison(
+            against=c[1], outcome=c[2], exact_match=bool(c[3]), first_divergence=c[4],
+            edit_distance=c[5], length_delta=c[6], finish_reason_match=_from_opt_bool(c[7]),
+            close_match=_from_opt_bool(c[8]), reason=c[9]) for c in comparison_rows)
+        meta = RequestMeta(endpoint=endpoint, stream=bool(stream), deterministic=bool(det),
+                           prompt_sha256=sha, prompt_chars=chars, max_tokens=max_tokens, n=n,
+                           logprobs_k=logprobs_k)
+        return ExchangeRecord(request_id=request_id, started_unix=started, meta=meta,
+                              captures=tuple(captures), comparisons=comparisons, extra=extra)
+
+    def aggregates(self, latency_window: int = 5000) -> StoreAggregates:
+        """Counts over all kept rows; latency samples from the newest `latency_window` rows."""
+        comparisons = self._db.execute(
+            "SELECT c.against, c.outcome, e.deterministic, c.close_match, c.first_divergence"
+            " FROM comparison c JOIN exchange e ON e.id = c.exchange_id").fetchall()
+        captures = self._db.execute(
+            "SELECT role, status, error, cancelled, finish_reason FROM capture").fetchall()
+        latency = self._db.execute(
+            "SELECT role, ttft_s, e2e_s, output_tokens, itl_s FROM capture"
+            " WHERE exchange_id > (SELECT COALESCE(MAX(id), 0) FROM exchange) - ?"
+            " AND error IS NULL AND cancelled = 0 AND ttft_s IS NOT NULL",
+            (latency_window,)).fetchall()
+        return aggregate_rows(self.count(), comparisons, captures, latency)
+
+
+class RecordStore:
+    """Async front of `SqliteStore`: a bounded queue drained by one writer task."""
+
+    def __init__(self, store: SqliteStore, queue_size: int = 10_000,
+                 on_drop: Callable[[], None] | None = None) -> None:
+        self.sync = store
+        self._queue: asyncio.Queue[ExchangeRecord | None] = asyncio.Queue(queue_size)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+        self._on_drop = on_drop
+        self._writer: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._writer = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
+
+    def put(self, record: ExchangeRecord) -> bool:
+        """Queue `record`; False (and counted) when the queue is full."""
+        try:
+            self._queue.put_nowait(record)
+            return True
+        except asyncio.QueueFull:
+            if self._on_drop:
+                self._on_drop()
+            return False
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(store, *args)` on the store's thread (reads: aggregates, records)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, fn, self.sync, *args)
+
+    async def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch: list[ExchangeRecord] = []
+            item = await self._queue.get()
+            while item is not None:
+                batch.append(item)
+                if len(batch) >= 256 or self._queue.empty():
+                    break
+                item = self._queue.get_nowait()
+            stopping = item is None
+            if batch:
+                done = len(batch) + int(stopping)
+                try:
+                    await self.call(SqliteStore.write, batch)
+                except sqlite3.Error:
+                    log.exception("could not store %d record(s)", len(batch))
+                    if self._on_drop:
+                        for _ in batch:
+                            self._on_drop()
+            else:
+                done = 1
+            for _ in range(done):
+                self._queue.task_done()
+
+    async def flush(self) -> None:
+        """Wait until every queued record is written."""
+        await self._queue.join()
+
+    async def close(self) -> None:
+        """Write what is queued, then close the database."""
+        if self._writer is not None:
+            await self._queue.put(None)
+            await self._writer
+        await self.call(SqliteStore.close)
+        self._executor.shutdown(wait=True)

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxy.compare.request import (
+    endpoint_for_path,
+    is_deterministic,
+    prepare,
+    prompt_sha256,
+    request_meta,
+    shadow_body,
+)
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "héllo"},
+                                   {"role": "user", "content": [{"type": "text", "text": "abc"}]}],
+        "temperature": 0, "max_tokens": 16, "stream": True, "logprobs": True, "top_logprobs": 3}
+
+
+def test_chat_meta() -> None:
+    meta = request_meta(json.dumps(CHAT).encode(), "chat")
+    assert meta is not None
+    assert (meta.endpoint, meta.stream, meta.deterministic) == ("chat", True, True)
+    assert (meta.prompt_chars, meta.max_tokens, meta.n, meta.logprobs_k) == (8, 16, 1, 3)
+    assert len(meta.prompt_sha256) == 64
+
+
+def test_completion_meta_logprobs_and_token_prompt() -> None:
+    meta = request_meta(b'{"prompt": [1, 2, 3], "logprobs": 5, "n": 2, "seed": 1}', "completions")
+    assert meta is not None
+    assert (meta.prompt_chars, meta.logprobs_k, meta.n, meta.deterministic, meta.stream) == (
+        3, 5, 2, True, False)
+    assert request_meta(b'{"prompt": "x"}', "completions").logprobs_k is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("req", "expected"), [
+    ({}, False), ({"temperature": 1.0}, False), ({"temperature": 0.0}, True),
+    ({"temperature": 0}, True), ({"temperature": 0.7, "seed": 3}, True), ({"seed": None}, False),
+    ({"temperature": None}, False), ({"temperature": False}, False), ({"top_k": 1}, True),
+])
+def test_determinism_rule(req: dict[str, object], expected: bool) -> None:
+    assert is_deterministic(req) is expected
+
+
+def test_hash_ignores_volatile_keys_and_key_order() -> None:
+    base = {"prompt": "x", "temperature": 0, "max_tokens": 4}
+    noisy = {"max_tokens": 4, "stream": True, "stream_options": {"include_usage": True},
+             "user": "u1", "return_token_ids": True, "temperature": 0, "prompt": "x"}
+    assert prompt_sha256(base) == prompt_sha256(noisy)
+    assert prompt_sha256(base) != prompt_sha256({**base, "prompt": "y"})
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b"\xff\xfe", b"", b'"str"'])
+def test_malformed_bodies_are_not_mirrored(body: bytes) -> None:
+    assert request_meta(body, "chat") is None
+    assert shadow_body(body) is None
+    assert prepare(body, "chat") is None
+
+
+def test_shadow_body_adds_token_ids_and_keeps_everything_else() -> None:
+    raw = json.dumps(CHAT, ensure_ascii=False).encode()
+    out = shadow_body(raw)
+    assert out is not None
+    assert json.loads(out) == {**CHAT, "return_token_ids": True}
+    already = json.dumps({**CHAT, "return_token_ids": True}).encode()
+    assert shadow_body(already) == already
+
+
+def test_prepare_parses_once_and_returns_both() -> None:
+    prepared = prepare(b'{"prompt": "x", "temperature": 0}', "completions")
+    assert prepared is not None
+    assert prepared.meta.deterministic
+    assert json.loads(prepared.shadow_body) == {"prompt": "x", "temperature": 0,
+                                                "return_token_ids": True}
+
+
+@pytest.mark.parametrize(("path", "endpoint"), [
+    ("/v1/completions", "completions"), ("/v1/chat/completions", "chat"),
+    ("/v1/chat/completions/", "chat"), ("/v1/models", None), ("/", None)])
+def test_endpoint_for_path(path: str, endpoint: str | None) -> None:
+    assert endpoint_for_path(path) == endpoint

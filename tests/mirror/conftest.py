@@ -1,0 +1,177 @@
+"""Fake OpenAI-compatible backends (inline aiohttp handlers) and a proxy wired to them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from proxy.mirror.app import STORE_KEY, TASKS_KEY, build_app
+from proxy.mirror.config import AdminConfig, MirrorConfig, ProxyConfig, RouteConfig
+
+TOKEN = "s3cret-admin-token"
+
+
+@dataclass
+class FakeBackend:
+    """What a fake backend saw; knobs that change how it answers."""
+
+    words: list[str] = field(default_factory=lambda: ["Hello", " world", "!", " Bye"])
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    mode: str = "ok"  # ok | reset | garbage | slow_headers
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    gate: asyncio.Event | None = None  # when set: wait for it after the first chunk
+    url: str = ""
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self.generate)
+        app.router.add_post("/v1/chat/completions", self.generate)
+        app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_route("*", "/echo/{tail:.*}", self.echo)
+        return app
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text="vllm:num_requests_running 0\n")
+
+    async def echo(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.seen.append({"path": request.path_qs, "headers": dict(request.headers),
+                          "raw": body})
+        return web.Response(status=207, body=b"echo:" + body,
+                            headers={"X-Backend": "yes", "Content-Type": "text/plain"})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        data = await request.json()
+        return web.json_response({"tokens": [ord(c) for c in data["prompt"]]})
+
+    def _chunk(self, i: int, word: str, chat: bool, ids: bool) -> bytes:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": None}
+        if chat:
+            choice["delta"] = {"content": word}
+        else:
+            choice["text"] = word
+        if ids:
+            choice["token_ids"] = [1000 + i]
+        if i == len(self.words) - 1:
+            choice["finish_reason"] = "stop"
+        return b"data: " + json.dumps({"id": "x", "choices": [choice]}).encode() + b"\n\n"
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        try:
+            req = json.loads(body)
+        except ValueError:
+            self.seen.append({"raw": body, "headers": dict(request.headers)})
+            return web.json_response({"error": {"message": "bad json"}}, status=400)
+        self.seen.append({"json": req, "headers": dict(request.headers), "raw": body})
+        chat = request.path.endswith("chat/completions")
+        ids = req.get("return_token_ids") is True
+        try:
+            if self.mode == "slow_headers":
+                await asyncio.sleep(self.ttft_s)
+            if not req.get("stream"):
+                await asyncio.sleep(self.ttft_s + self.itl_s * len(self.words))
+                text = "".join(self.words)
+                choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+                choice["message" if chat else "text"] = (
+                    {"role": "assistant", "content": text} if chat else text)
+                if ids:
+                    choice["token_ids"] = [1000 + i for i in range(len(self.words))]
+                return web.json_response({"id": "x", "choices": [choice], "usage": {
+                    "completion_tokens": len(self.words)}})
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            if self.mode == "garbage":
+                await resp.write(b"data: {not json at all\n\n\x00\xff garbage\n\n")
+                return resp
+            await asyncio.sleep(self.ttft_s)
+            for i, word in enumerate(self.words):
+                await resp.write(self._chunk(i, word, chat, ids))
+                if i == 0 and self.gate is not None:
+                    await self.gate.wait()
+                if self.mode == "reset" and i == 1:
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return resp
+                await asyncio.sleep(self.itl_s)
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+
+def _dead_url() -> str:
+    """A loopback URL nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+Start = Callable[..., Awaitable[FakeBackend]]
+
+
+@pytest.fixture
+def backend(aiohttp_server: Any) -> Start:
+    async def start(**kwargs: Any) -> FakeBackend:
+        fake = FakeBackend(**kwargs)
+        server = await aiohttp_server(fake.app())
+        fake.url = str(server.make_url("")).rstrip("/")
+        return fake
+
+    return start
+
+
+def _make_config(primary: str, shadow: str | None, baseline: str | None = None,
+                **mirror: Any) -> ProxyConfig:
+    extra = {k: mirror.pop(k) for k in ("max_body_bytes", "store") if k in mirror}
+    return ProxyConfig(routes=RouteConfig(primary, shadow, baseline), port=0,
+                       mirror=MirrorConfig(**mirror), admin=AdminConfig(token=TOKEN),
+                       **extra)
+
+
+@pytest.fixture
+def proxy(aiohttp_client: Any) -> Callable[..., Awaitable[Any]]:
+    async def start(config: ProxyConfig) -> Any:
+        app = build_app(config, CollectorRegistry())
+        return await aiohttp_client(app)
+
+    return start
+
+
+async def _settle(app: web.Application, timeout_s: float = 5.0) -> None:
+    """Wait for the background tasks (shadows, finalize) and the store writes."""
+    tasks = app[TASKS_KEY]
+    for _ in range(int(timeout_s / 0.01)):
+        if len(tasks) == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert len(tasks) == 0, "background tasks still running"
+    await app[STORE_KEY].flush()
+
+
+@pytest.fixture
+def dead_url() -> Callable[[], str]:
+    return _dead_url
+
+
+@pytest.fixture
+def make_config() -> Callable[..., ProxyConfig]:
+    return _make_config
+
+
+@pytest.fixture
+def settle() -> Callable[..., Awaitable[None]]:
+    return _settle

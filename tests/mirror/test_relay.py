@@ -1,0 +1,114 @@
+"""Relaying to the primary: byte-exact bodies, headers, status, proxy-marked errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from time import perf_counter
+
+from proxy.metrics import ProxyMetrics
+from proxy.mirror.app import METRICS_KEY
+from proxy.mirror.relay import PROXY_ERROR_HEADER, PROXY_ERROR_TYPE
+
+
+async def test_non_generation_request_relayed_byte_exact(backend, proxy, make_config, dead_url):
+    primary = await backend()
+    client = await proxy(make_config(primary.url, dead_url()))
+    body = b"\x00\x01 raw \xff bytes"
+    resp = await client.post("/echo/a/b?x=1&y=%20z", data=body, headers={
+        "Authorization": "Bearer user-key", "X-Custom": "v", "Connection": "keep-alive, X-Hop",
+        "X-Hop": "drop me"})
+    assert resp.status == 207
+    assert await resp.read() == b"echo:" + body
+    assert resp.headers["X-Backend"] == "yes"
+    assert PROXY_ERROR_HEADER not in resp.headers
+    seen = primary.seen[0]
+    assert seen["path"] == "/echo/a/b?x=1&y=%20z"
+    assert seen["headers"]["Authorization"] == "Bearer user-key"
+    assert seen["headers"]["X-Custom"] == "v"
+    assert "X-Hop" not in seen["headers"]
+
+
+async def test_primary_metrics_path_is_proxied_and_own_metrics_elsewhere(backend, proxy, make_config, dead_url):
+    primary = await backend()
+    client = await proxy(make_config(primary.url, dead_url()))
+    resp = await client.get("/metrics")
+    assert (await resp.text()).startswith("vllm:num_requests_running")
+    own = await client.get("/_vllm_cutover/metrics")
+    assert "vllm_cutover_requests_total" in await own.text()
+
+
+async def test_stream_relayed_byte_exact_and_unbuffered(backend, proxy, make_config, settle):
+    gate = asyncio.Event()
+    primary = await backend(gate=gate)
+    shadow = await backend()
+    client = await proxy(make_config(primary.url, shadow.url))
+    req = {"model": "m", "prompt": "hi", "stream": True, "temperature": 0}
+    resp = await client.post("/v1/completions", json=req)
+    assert resp.status == 200
+    assert resp.headers["Content-Type"] == "text/event-stream"
+    # The backend holds the rest of the stream until we saw the first chunk: unbuffered.
+    first = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 5)
+    gate.set()
+    rest = await resp.read()
+    direct = b"".join(primary._chunk(i, w, False, False) for i, w in enumerate(primary.words))
+    assert first + rest == direct + b"data: [DONE]\n\n"
+    assert json.loads(primary.seen[0]["raw"]) == req  # primary got the client's body untouched
+    assert shadow.seen[0]["json"]["return_token_ids"] is True
+    await settle(client.app)
+
+
+async def test_non_stream_generation_byte_exact(backend, proxy, make_config):
+    primary = await backend()
+    client = await proxy(make_config(primary.url, None))
+    raw = b'{"model": "m", "prompt": "hi", "temperature": 0}'
+    resp = await client.post("/v1/completions", data=raw,
+                             headers={"Content-Type": "application/json"})
+    assert resp.status == 200
+    assert json.loads(await resp.read())["choices"][0]["text"] == "Hello world! Bye"
+    assert primary.seen[0]["raw"] == raw
+
+
+async def test_primary_unreachable_is_a_marked_502(proxy, make_config, dead_url, settle):
+    client = await proxy(make_config(dead_url(), dead_url()))
+    resp = await client.post("/v1/completions", json={"prompt": "x", "temperature": 0})
+    assert resp.status == 502
+    assert resp.headers[PROXY_ERROR_HEADER] == "1"
+    assert (await resp.json())["error"]["type"] == PROXY_ERROR_TYPE
+    await settle(client.app)
+
+
+async def test_body_over_limit_is_a_marked_413(backend, proxy, make_config):
+    primary = await backend()
+    client = await proxy(make_config(primary.url, None, max_body_bytes=1024))
+    resp = await client.post("/v1/completions", data=b"x" * 4096)
+    assert resp.status == 413
+    assert resp.headers[PROXY_ERROR_HEADER] == "1"
+    assert primary.seen == []
+
+
+async def test_malformed_json_forwarded_not_mirrored(backend, proxy, make_config, settle):
+    primary = await backend()
+    shadow = await backend()
+    client = await proxy(make_config(primary.url, shadow.url))
+    resp = await client.post("/v1/chat/completions", data=b"{not json",
+                             headers={"Content-Type": "application/json"})
+    assert resp.status == 400  # the primary's own answer
+    assert PROXY_ERROR_HEADER not in resp.headers
+    assert primary.seen[0]["raw"] == b"{not json"
+    await settle(client.app)
+    assert shadow.seen == []
+    metrics: ProxyMetrics = client.app[METRICS_KEY]
+    assert metrics.shadow_dropped.labels("malformed_json")._value.get() == 1
+
+
+async def test_slow_shadow_does_not_delay_client(backend, proxy, make_config, settle):
+    primary = await backend()
+    shadow = await backend(ttft_s=1.0)
+    client = await proxy(make_config(primary.url, shadow.url))
+    t0 = perf_counter()
+    resp = await client.post("/v1/completions",
+                             json={"prompt": "x", "stream": True, "temperature": 0})
+    await resp.read()
+    assert perf_counter() - t0 < 0.5
+    await settle(client.app)
