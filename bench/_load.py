@@ -231,9 +231,9 @@ async def _worker(
 async def _run_process(spec: LoadSpec, first: int, concurrency: int, t_begin: float) -> LoadResult:
     body = json.dumps(
         {
-            "model": "sim",
             "prompt": "The benchmark prompt.",
             "max_tokens": spec.max_tokens,
+            "ignore_eos": True,
             "temperature": 0,
             "stream": True,
         }

@@ -24,13 +24,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _capacity import memory_use, paced, throughput
+from _common import BenchConfig
 from _figures import render_table, verdict
+from _latency import impact, latency
 from _paths import REPO_ROOT, Layout
 from _procs import cpu_count, raise_nofile
-from _scenarios import SCENARIOS, BenchConfig
 from nginx import nginx_binary
 
 ALL_PATHS = ("direct", "proxy", "nginx", "bare")
+SCENARIOS = {"latency": latency, "throughput": throughput, "paced": paced, "impact": impact,
+             "memory": memory_use}
 log = logging.getLogger("proxy_bench")
 
 
@@ -49,7 +53,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     if backend == "auto":
         backend = "sim" if _sim_available() else "inline"
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    sizes = {"full": (10.0, 2.0, 2), "quick": (4.0, 1.0, 1), "smoke": (1.0, 0.3, 1)}[mode]
+    sizes = {"full": (7.0, 1.0, 3), "quick": (4.0, 1.0, 1), "smoke": (1.0, 0.3, 1)}[mode]
     cfg = BenchConfig(
         mode=mode, paths=paths, scenarios=scenarios, backend=backend,  # type: ignore[arg-type]
         duration_s=args.duration or sizes[0], warmup_s=sizes[1], reps=args.reps or sizes[2],
@@ -59,7 +63,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     if mode == "smoke":
         cfg = replace(cfg, latency_concurrency=8, throughput_concurrency=4, throughput_tokens=64,
                       impact_concurrency=4, memory_streams=20, memory_itl_ms=100.0,
-                      latency_itl_ms=5.0)
+                      latency_itl_ms=5.0, paced_concurrency=8, paced_itl_ms=10.0)
     return cfg
 
 
