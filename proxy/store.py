@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from proxy.compare.stats import LatencySamples
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
 
 __all__ = ["LatencySamples", "PairCounts", "RecordStore", "RoleCounts", "SqliteStore",
@@ -66,16 +67,6 @@ class PairCounts:
     errors: int = 0
     sampled: int = 0  # non-deterministic: compared only as distributions
     first_divergence: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class LatencySamples:
-    """Latency samples of one role (successful requests only)."""
-
-    ttft_s: tuple[float, ...] = ()
-    tpot_s: tuple[float, ...] = ()
-    itl_s: tuple[float, ...] = ()
-    e2e_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,8 +157,8 @@ def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
         records=records,
         shadow=made.get("shadow", PairCounts()),
         baseline=made.get("baseline"),
-        latency={r: LatencySamples(tuple(a), tuple(b), tuple(c), tuple(d))
-                 for r, (a, b, c, d) in samples.items()},
+        latency={r: LatencySamples(ttft_s=tuple(a), tpot_s=tuple(b), itl_s=tuple(c),
+                                   e2e_s=tuple(d)) for r, (a, b, c, d) in samples.items()},
         roles={r: RoleCounts(**v) for r, v in roles.items()},
     )
 

@@ -16,6 +16,7 @@ import itertools
 import logging
 import os
 import time
+from collections.abc import Mapping
 from time import perf_counter
 
 import aiohttp
@@ -53,7 +54,7 @@ class Mirror:
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
 
-    def wants(self, routes: Routes, headers: CIMultiDict[str]) -> bool:
+    def wants(self, routes: Routes, headers: Mapping[str, str]) -> bool:
         """Cheap pre-check before the body is parsed: a shadow exists and the sampler says yes."""
         return routes.shadow is not None and self.sampler.sample(headers)
 
@@ -93,7 +94,9 @@ class Exchange:
         if auth is not None:
             self.auth["Authorization"] = auth
         self.auth["Content-Type"] = "application/json"
-        for role, upstream in (("shadow", self.routes.shadow), ("baseline", self.routes.baseline)):
+        sides: tuple[tuple[Role, Upstream | None], ...] = (
+            ("shadow", self.routes.shadow), ("baseline", self.routes.baseline))
+        for role, upstream in sides:
             if upstream is None:
                 continue
             self._held.append(upstream.acquire())

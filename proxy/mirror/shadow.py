@@ -8,9 +8,9 @@ every failure (refused, timed out, reset, garbage) into data: a `Capture` with
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import random
-import zlib
 from collections.abc import Mapping
 from time import perf_counter
 
@@ -44,7 +44,8 @@ class Sampler:
             value = headers.get(self.header)
             if value is not None:
                 # Same header value -> same decision, in every proxy replica.
-                return zlib.crc32(value.encode("utf-8", "replace")) / 4294967296.0 < self.rate
+                digest = hashlib.blake2b(value.encode("utf-8", "replace"), digest_size=8)
+                return int.from_bytes(digest.digest(), "big") / 2.0**64 < self.rate
         return self._random() < self.rate
 
 

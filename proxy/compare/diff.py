@@ -1,0 +1,129 @@
+"""Compare a shadow (or baseline) capture with the primary's for one request (no I/O).
+
+Deterministic requests (greedy or seeded) are compared token by token: exact
+equality, first divergence, Levenshtein distance over tokens, finish reason and
+length; where both sides returned logprobs, vLLM's closeness rule from its test
+suite (`check_logprobs_close`): at the first divergence each side's token is in
+the other's top-k. Sequences used, best first: token ids, the token strings of
+logprobs, then the text (positions are then characters; `reason` says so).
+Sampled requests are only comparable as distributions and get `not_comparable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rapidfuzz.distance import Levenshtein
+
+from proxy.compare.types import Capture, Comparison, RequestMeta, Role
+
+
+def compare(primary: Capture, other: Capture, meta: RequestMeta, against: Role) -> Comparison:
+    """`other` (shadow or baseline) against `primary` for the request described by `meta`."""
+    failure = _failure(primary, other, against)
+    if failure is not None:
+        outcome, reason = failure
+        return Comparison(against, outcome, False, None, None, None, None, None, reason)
+    finish_match = primary.finish_reason == other.finish_reason
+    if not meta.deterministic:
+        return Comparison(
+            against, "not_comparable", False, None, None,
+            _length_delta(primary, other, None), finish_match, None,
+            "sampled request: compared as distributions only",
+        )
+    seq_p, seq_o, basis = _sequences(primary, other, against)
+    divergence = first_divergence(seq_p, seq_o)
+    exact = divergence is None
+    distance = 0 if exact else Levenshtein.distance(seq_p, seq_o)
+    close = True if exact else close_match(primary, other, divergence)
+    reasons = [] if basis == "token ids" else [f"compared {basis}"]
+    if not exact:
+        unit = "character" if basis.startswith("text") else "token"
+        reasons.append(f"first divergence at {unit} {divergence}")
+        if close is not None:
+            reasons.append("close by vLLM's top-k rule" if close else "not within top-k")
+    if not finish_match:
+        reasons.append(f"finish reason {primary.finish_reason!r} vs {other.finish_reason!r}")
+    return Comparison(
+        against=against,
+        outcome="match" if exact and finish_match else "diverged",
+        exact_match=exact,
+        first_divergence=divergence,
+        edit_distance=distance,
+        length_delta=_length_delta(primary, other, (seq_p, seq_o) if basis != "text" else None),
+        finish_reason_match=finish_match,
+        close_match=close,
+        reason="; ".join(reasons),
+    )
+
+
+def first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
+    """Index of the first differing element (the shorter length if one is a prefix), else None."""
+    if a == b:
+        return None
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def close_match(primary: Capture, other: Capture, index: int | None) -> bool | None:
+    """vLLM's rule at `index`: each side's token is in the other's top-k; None if unknowable."""
+    if index is None:
+        return True
+    tokens_p, tokens_o = primary.sampled_tokens, other.sampled_tokens
+    top_p, top_o = primary.top_logprobs, other.top_logprobs
+    if tokens_p is None or tokens_o is None or top_p is None or top_o is None:
+        return None
+    if index >= min(len(tokens_p), len(tokens_o), len(top_p), len(top_o)):
+        return None  # one side stopped there: no token to look up
+    if not top_p[index] or not top_o[index]:
+        return None  # top_logprobs=0 was asked: no alternatives returned
+    return tokens_p[index] in top_o[index] and tokens_o[index] in top_p[index]
+
+
+def _failure(primary: Capture, other: Capture, against: Role) -> tuple[Any, str] | None:
+    if primary.cancelled or other.cancelled:
+        who = "primary" if primary.cancelled else against
+        return "not_comparable", f"cancelled ({who})"
+    failed_p, failed_o = _failed(primary), _failed(other)
+    if failed_p is not None:
+        also = f"; {against} {failed_o}" if failed_o is not None else ""
+        return "not_comparable", f"primary {failed_p}{also}"
+    if failed_o is not None:
+        return "error", f"{against} {failed_o}"
+    return None
+
+
+def _failed(capture: Capture) -> str | None:
+    if capture.error is not None:
+        return f"failed: {capture.error}"
+    if capture.status is None:
+        return "gave no response"
+    if capture.status >= 400:
+        return f"answered HTTP {capture.status}"
+    return None
+
+
+def _sequences(
+    primary: Capture, other: Capture, against: Role
+) -> tuple[Sequence[Any], Sequence[Any], str]:
+    if primary.token_ids is not None and other.token_ids is not None:
+        return primary.token_ids, other.token_ids, "token ids"
+    if primary.sampled_tokens is not None and other.sampled_tokens is not None:
+        return primary.sampled_tokens, other.sampled_tokens, "logprob token strings"
+    missing = " and ".join(
+        side for side, cap in (("primary", primary), (against, other)) if cap.token_ids is None
+    )
+    return primary.text, other.text, f"text (token ids missing on {missing})"
+
+
+def _length_delta(
+    primary: Capture, other: Capture, seqs: tuple[Sequence[Any], Sequence[Any]] | None
+) -> int | None:
+    if primary.output_tokens is not None and other.output_tokens is not None:
+        return other.output_tokens - primary.output_tokens
+    if seqs is not None:
+        return len(seqs[1]) - len(seqs[0])
+    return None

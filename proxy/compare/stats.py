@@ -1,0 +1,170 @@
+"""Statistics for the verdict: percentiles, Mann-Whitney U with effect size, Wilson bounds.
+
+Pure functions over plain numbers. scipy is imported lazily (only the
+Mann-Whitney test needs it) so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Literal
+
+from proxy.compare.types import Capture
+
+Alternative = Literal["two-sided", "greater", "less"]
+METRICS = ("ttft", "itl", "tpot", "e2e")
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """q-th percentile (0-100) with linear interpolation (numpy's default); None when empty."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must be within 0..100, got {q!r}")
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    """Count, mean and p50/p90/p99 of one latency sample, in seconds."""
+
+    n: int
+    mean_s: float | None
+    p50_s: float | None
+    p90_s: float | None
+    p99_s: float | None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> LatencySummary:
+        if not values:
+            return cls(0, None, None, None, None)
+        ordered = sorted(values)
+        return cls(
+            n=len(ordered),
+            mean_s=math.fsum(ordered) / len(ordered),
+            p50_s=percentile(ordered, 50),
+            p90_s=percentile(ordered, 90),
+            p99_s=percentile(ordered, 99),
+        )
+
+
+def tpot_s(capture: Capture) -> float | None:
+    """Time per output token after the first, as `vllm bench serve` computes it."""
+    tokens = capture.output_tokens
+    if capture.e2e_s is None or capture.ttft_s is None or tokens is None or tokens < 2:
+        return None
+    return (capture.e2e_s - capture.ttft_s) / (tokens - 1)
+
+
+@dataclass(frozen=True)
+class LatencySamples:
+    """Latency samples of one role: per-request TTFT, TPOT, E2E and all inter-token gaps."""
+
+    ttft_s: tuple[float, ...] = ()
+    itl_s: tuple[float, ...] = ()
+    tpot_s: tuple[float, ...] = ()
+    e2e_s: tuple[float, ...] = ()
+
+    @classmethod
+    def from_captures(cls, captures: Iterable[Capture]) -> LatencySamples:
+        """Successful, complete captures only (errors and cancellations would skew latency)."""
+        ttft: list[float] = []
+        itl: list[float] = []
+        tpot: list[float] = []
+        e2e: list[float] = []
+        for cap in captures:
+            if cap.error is not None or cap.cancelled or cap.status is None or cap.status >= 400:
+                continue
+            if cap.ttft_s is not None:
+                ttft.append(cap.ttft_s)
+            if cap.e2e_s is not None:
+                e2e.append(cap.e2e_s)
+            itl.extend(cap.itl_s)
+            per_token = tpot_s(cap)
+            if per_token is not None:
+                tpot.append(per_token)
+        return cls(tuple(ttft), tuple(itl), tuple(tpot), tuple(e2e))
+
+    def metric(self, name: str) -> tuple[float, ...]:
+        """Sample by metric name: one of METRICS."""
+        if name not in METRICS:
+            raise ValueError(f"unknown latency metric {name!r}; expected one of {METRICS}")
+        values: tuple[float, ...] = getattr(self, f"{name}_s")
+        return values
+
+    def summaries(self) -> dict[str, LatencySummary]:
+        return {name: LatencySummary.of(self.metric(name)) for name in METRICS}
+
+
+@dataclass(frozen=True)
+class MannWhitney:
+    """Mann-Whitney U of `new` vs `old`; effect = P(new > old) - P(new < old) in [-1, 1]."""
+
+    u_new: float
+    p_value: float
+    effect_size: float  # rank-biserial correlation (= Cliff's delta); > 0: new is slower
+    n_old: int
+    n_new: int
+    alternative: Alternative
+
+
+def mann_whitney(
+    old: Sequence[float],
+    new: Sequence[float],
+    alternative: Alternative = "two-sided",
+    max_samples: int = 20_000,
+) -> MannWhitney | None:
+    """Test whether `new` latencies differ from (or, "greater", exceed) `old`; None if a side is empty.
+
+    Samples beyond `max_samples` are thinned evenly so the gate stays fast on long runs.
+    """
+    if not old or not new:
+        return None
+    from scipy.stats import mannwhitneyu  # lazy: heavy import, needed only here
+
+    x, y = _thin(new, max_samples), _thin(old, max_samples)
+    result = mannwhitneyu(x, y, alternative=alternative)
+    u_new = float(result.statistic)
+    p_value = float(result.pvalue)
+    if math.isnan(p_value):
+        p_value = 1.0
+    effect = 2.0 * u_new / (len(x) * len(y)) - 1.0
+    return MannWhitney(u_new, p_value, effect, len(y), len(x), alternative)
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided Wilson score interval for a proportion; (0, 1) when n == 0."""
+    if not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n, got successes={successes!r}, n={n!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be within (0, 1), got {confidence!r}")
+    if n == 0:
+        return 0.0, 1.0
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / n
+    z2n = z * z / n
+    denom = 1 + z2n
+    centre = (p + z2n / 2) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2n / (4 * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def ratio(new: float | None, old: float | None) -> float | None:
+    """new / old, None when either is missing or old is not positive."""
+    if new is None or old is None or old <= 0:
+        return None
+    return new / old
+
+
+def _thin(values: Sequence[float], limit: int) -> Sequence[float]:
+    if len(values) <= limit:
+        return values
+    step = len(values) / limit
+    return [values[int(i * step)] for i in range(limit)]

@@ -1,0 +1,59 @@
+"""Configuration is validated once and every error quotes the bad value."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from proxy.cli import build_parser
+from proxy.cli.proxy_cmd import build_config
+from proxy.mirror.config import ConfigError, MirrorConfig, ProxyConfig, RouteConfig
+
+
+@pytest.mark.parametrize("bad", ["ftp://x", "a:1", "http://", "http://h:99999", "http://h/?q=1"])
+def test_bad_urls_quoted(bad):
+    with pytest.raises(ConfigError, match=re.escape(repr(bad))):
+        RouteConfig(bad)
+
+
+def test_url_normalized_and_baseline_needs_shadow():
+    assert RouteConfig("http://h:1/").primary == "http://h:1"
+    with pytest.raises(ConfigError, match="needs a shadow"):
+        RouteConfig("http://h:1", None, "http://h:2")
+
+
+@pytest.mark.parametrize(("kwargs", "quoted"), [
+    ({"sample_rate": 1.5}, "1.5"), ({"shadow_timeout_s": 0}, "0"),
+    ({"max_shadow_inflight": -1}, "-1")])
+def test_mirror_limits(kwargs, quoted):
+    with pytest.raises(ConfigError, match=quoted):
+        MirrorConfig(**kwargs)
+
+
+def test_own_metrics_path_cannot_hide_primary_metrics():
+    with pytest.raises(ConfigError, match="/metrics"):
+        ProxyConfig(RouteConfig("http://h:1"), main_metrics_path="/metrics")
+
+
+def test_cli_builds_frozen_config(monkeypatch):
+    monkeypatch.setenv("VLLM_CUTOVER_ADMIN_TOKEN", "from-env-token")
+    args = build_parser().parse_args([
+        "proxy", "--port", "9000", "--primary", "http://127.0.0.1:8001", "--shadow",
+        "http://127.0.0.1:8002/", "--sample-rate", "0.25", "--sample-header", "X-User",
+        "--admin-port", "9001", "--db", "r.db", "--retention", "10", "--store-text"])
+    config = build_config(args)
+    assert config.routes == RouteConfig("http://127.0.0.1:8001", "http://127.0.0.1:8002")
+    assert config.mirror.sample_rate == 0.25 and config.mirror.sample_header == "X-User"
+    assert config.admin.token == "from-env-token" and config.admin.host == "127.0.0.1"
+    assert config.store.db_path == "r.db" and config.store.store_text
+    with pytest.raises(AttributeError):
+        config.port = 1  # type: ignore[misc]
+
+
+def test_cli_rejects_bad_value_with_exit_2(capsys):
+    from proxy.cli import main
+
+    code = main(["proxy", "--primary", "nope", "--shadow", "http://h:1"])
+    assert code == 2
+    assert "'nope'" in capsys.readouterr().err

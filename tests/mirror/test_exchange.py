@@ -1,0 +1,133 @@
+"""Mirrored requests end to end: records, comparisons, token id sources, shadow faults."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from proxy.metrics import ProxyMetrics
+from proxy.mirror.app import METRICS_KEY, STORE_KEY
+from proxy.store import SqliteStore
+
+GREEDY = {"model": "m", "prompt": "hi", "temperature": 0, "max_tokens": 8}
+
+
+async def _records(client: Any, settle: Any) -> list[Any]:
+    await settle(client.app)
+    return await client.app[STORE_KEY].call(lambda s: list(s.records()))
+
+
+def _capture(record: Any, role: str) -> Any:
+    return next(c for c in record.captures if c.role == role)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+async def test_identical_backends_match_via_tokenize(backend, proxy, make_config, settle,
+                                                     stream, path):
+    primary, shadow, baseline = await backend(), await backend(), await backend()
+    client = await proxy(make_config(primary.url, shadow.url, baseline.url))
+    body: dict[str, Any] = {**GREEDY, "stream": stream}
+    if "chat" in path:
+        body = {**{k: v for k, v in body.items() if k != "prompt"},
+                "messages": [{"role": "user", "content": "hi"}]}
+    resp = await client.post(path, json=body)
+    assert resp.status == 200
+    await resp.read()
+    (record,) = await _records(client, settle)
+    assert record.extra["token_ids_source"] == "tokenize"
+    assert _capture(record, "primary").text == ""  # text is not stored by default
+    assert {c.against: c.outcome for c in record.comparisons} == {
+        "shadow": "match", "baseline": "match"}
+    assert record.extra["text"]["primary"]["chars"] == len("Hello world! Bye")
+    assert _capture(record, "shadow").error is None
+    if stream:
+        assert _capture(record, "primary").ttft_s is not None
+        assert len(_capture(record, "primary").itl_s) == 3
+
+
+async def test_divergence_found_and_client_ids_used(backend, proxy, make_config, settle):
+    primary = await backend()
+    shadow = await backend(words=["Hello", " there", "!", " Bye"])
+    client = await proxy(make_config(primary.url, shadow.url))
+    resp = await client.post("/v1/completions",
+                             json={**GREEDY, "stream": True, "return_token_ids": True})
+    await resp.read()
+    (record,) = await _records(client, settle)
+    assert record.extra["token_ids_source"] == "client"
+    # The fake's ids are positional, so the text differs but the ids do not: like with like.
+    assert record.comparisons[0].outcome == "match"
+    resp = await client.post("/v1/completions", json={**GREEDY, "stream": True})
+    await resp.read()
+    records = await _records(client, settle)
+    comparison = records[-1].comparisons[0]
+    assert records[-1].extra["token_ids_source"] == "tokenize"
+    assert comparison.outcome == "diverged"
+    assert comparison.first_divergence == len("Hello ")  # one id per character
+    metrics: ProxyMetrics = client.app[METRICS_KEY]
+    assert metrics.comparisons.labels("shadow", "diverged", "true")._value.get() == 1
+
+
+@pytest.mark.parametrize(("mode", "error"), [("dead", "connect"), ("reset", "reset"),
+                                              ("garbage", "invalid_sse")])
+async def test_shadow_faults_become_records(backend, proxy, make_config, settle, dead_url,
+                                            mode, error):
+    primary = await backend()
+    shadow_url = dead_url() if mode == "dead" else (await backend(mode=mode)).url
+    client = await proxy(make_config(primary.url, shadow_url))
+    resp = await client.post("/v1/completions", json={**GREEDY, "stream": True})
+    assert resp.status == 200
+    assert (await resp.read()).endswith(b"data: [DONE]\n\n")
+    (record,) = await _records(client, settle)
+    assert _capture(record, "shadow").error == error
+    assert record.comparisons[0].outcome in ("error", "not_comparable")
+
+
+async def test_shadow_timeout(backend, proxy, make_config, settle):
+    primary = await backend()
+    shadow = await backend(ttft_s=5.0)
+    client = await proxy(make_config(primary.url, shadow.url, shadow_timeout_s=0.2))
+    resp = await client.post("/v1/completions", json={**GREEDY, "stream": True})
+    await resp.read()
+    (record,) = await _records(client, settle)
+    assert _capture(record, "shadow").error == "timeout"
+
+
+async def test_inflight_cap_drops_and_counts(backend, proxy, make_config, settle):
+    primary = await backend()
+    shadow = await backend(ttft_s=0.3)
+    client = await proxy(make_config(primary.url, shadow.url, max_shadow_inflight=1))
+
+    async def one() -> int:
+        resp = await client.post("/v1/completions", json={**GREEDY, "stream": True})
+        await resp.read()
+        return resp.status
+
+    assert await asyncio.gather(one(), one(), one()) == [200, 200, 200]
+    records = await _records(client, settle)
+    metrics: ProxyMetrics = client.app[METRICS_KEY]
+    assert len(records) == 1
+    assert metrics.shadow_dropped.labels("inflight_cap")._value.get() == 2
+    assert metrics.shadow_inflight._value.get() == 0
+
+
+async def test_sample_rate_zero_mirrors_nothing(backend, proxy, make_config, settle):
+    primary, shadow = await backend(), await backend()
+    client = await proxy(make_config(primary.url, shadow.url, sample_rate=0.0))
+    for _ in range(3):
+        await (await client.post("/v1/completions", json=GREEDY)).read()
+    assert await _records(client, settle) == []
+    assert shadow.seen == []
+
+
+async def test_sampled_request_not_token_compared(backend, proxy, make_config, settle):
+    primary, shadow = await backend(), await backend()
+    client = await proxy(make_config(primary.url, shadow.url))
+    await (await client.post("/v1/completions", json={"prompt": "x", "stream": True})).read()
+    (record,) = await _records(client, settle)
+    assert record.meta.deterministic is False
+    assert record.extra["token_ids_source"] == "none"
+    aggregates = await client.app[STORE_KEY].call(SqliteStore.aggregates)
+    assert aggregates.shadow.compared == 0

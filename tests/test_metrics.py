@@ -1,0 +1,58 @@
+"""Metrics: isolated registry, bounded labels, a scrape Prometheus can parse."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.compare.types import Capture, Comparison
+from proxy.metrics import ProxyMetrics, status_class
+
+
+def _capture(**kw: Any) -> Capture:
+    base = Capture(role="shadow", backend="h:2", status=200, ttft_s=0.1, itl_s=(0.01, 0.03),
+                   e2e_s=0.4, output_tokens=3, finish_reason="stop", text="", token_ids=None)
+    return replace(base, **kw)
+
+
+def test_backend_labels_are_bounded():
+    metrics = ProxyMetrics(CollectorRegistry(), max_backends=2)
+    assert metrics.backend_label("http://a:1") == "a:1"
+    assert metrics.backend_label("https://b:2") == "b:2"
+    assert metrics.backend_label("http://c:3") == "other"
+    assert metrics.backend_label("http://a:1") == "a:1"
+
+
+def test_status_class():
+    assert [status_class(s) for s in (None, 200, 404, 503)] == ["none", "2xx", "4xx", "5xx"]
+
+
+def test_scrape_parses_with_observations():
+    registry = CollectorRegistry()
+    metrics = ProxyMetrics(registry)
+    metrics.observe_capture(_capture(), "chat")
+    metrics.observe_capture(_capture(error="timeout", status=None), "chat")
+    metrics.observe_comparisons([Comparison("shadow", "diverged", False, 7, 2, 0, True, None)],
+                                deterministic=True)
+    metrics.set_verdict("fail")
+    families = {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
+    itl = families["vllm_cutover_itl_seconds"]
+    count = next(s.value for s in itl.samples if s.name.endswith("_count"))
+    assert count == 2
+    errors = families["vllm_cutover_backend_errors"].samples
+    assert any(s.labels == {"role": "shadow", "backend": "h:2", "kind": "timeout"}
+               and s.value == 1 for s in errors)
+    div = families["vllm_cutover_first_divergence_tokens"].samples
+    assert any(s.name.endswith("_bucket") and s.labels["le"] == "8.0" and s.value == 1
+               for s in div)
+    verdicts = {s.labels["verdict"]: s.value for s in families["vllm_cutover_verdict"].samples}
+    assert verdicts == {"pass": 0.0, "fail": 1.0, "inconclusive": 0.0}
+
+
+def test_registries_are_isolated():
+    a, b = ProxyMetrics(CollectorRegistry()), ProxyMetrics(CollectorRegistry())
+    a.cancelled.inc()
+    assert b.cancelled._value.get() == 0

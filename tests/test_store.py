@@ -1,0 +1,104 @@
+"""SQLite records: round trip, no text by default, retention, restart, aggregates."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta, Role
+from proxy.store import RecordStore, SqliteStore
+
+
+def _capture(role: Role, text: str = "secret completion", **kw: Any) -> Capture:
+    base = Capture(role=role, backend="h:1", status=200, ttft_s=0.1, itl_s=(0.01, 0.02),
+                   e2e_s=0.5, output_tokens=3, finish_reason="stop", text=text,
+                   token_ids=(1, 2, 3))
+    return replace(base, **kw)
+
+
+def _record(i: int, outcome: str = "match", deterministic: bool = True,
+            baseline: bool = False) -> ExchangeRecord:
+    meta = RequestMeta(endpoint="chat", stream=True, deterministic=deterministic,
+                       prompt_sha256="ab" * 32, prompt_chars=12, max_tokens=16, logprobs_k=5)
+    comparisons = [Comparison("shadow", outcome, outcome == "match",
+                              None if outcome == "match" else 2, 0 if outcome == "match" else 1,
+                              0, True, False if outcome == "diverged" else None)]
+    captures = [_capture("primary"), _capture("shadow", ttft_s=0.2)]
+    if baseline:
+        comparisons.append(Comparison("baseline", "match", True, None, 0, 0, True, None))
+        captures.append(_capture("baseline"))
+    return ExchangeRecord(f"r{i}", 1000.0 + i, meta, tuple(captures), tuple(comparisons),
+                          {"token_ids_source": "tokenize"})
+
+
+def test_round_trip_without_text(tmp_path):
+    store = SqliteStore(str(tmp_path / "r.db"))
+    original = _record(1, "diverged")
+    store.write([original])
+    (back,) = list(store.records())
+    assert back.meta == original.meta
+    assert back.comparisons == original.comparisons
+    assert back.extra["token_ids_source"] == "tokenize"
+    assert back.extra["text"]["primary"]["chars"] == len("secret completion")
+    primary = back.captures[0]
+    assert primary.text == "" and primary.token_ids is None
+    assert primary.itl_s == (0.009999999776482582, 0.019999999552965164)  # float32 on disk
+    assert primary.ttft_s == 0.1 and primary.finish_reason == "stop"
+    raw = (tmp_path / "r.db").read_bytes()
+    assert b"secret completion" not in raw
+
+
+def test_store_text_keeps_text_and_ids(tmp_path):
+    store = SqliteStore(str(tmp_path / "r.db"), store_text=True)
+    store.write([_record(1)])
+    (back,) = list(store.records())
+    assert back.captures[0].text == "secret completion"
+    assert back.captures[0].token_ids == (1, 2, 3)
+
+
+def test_retention_and_restart(tmp_path):
+    path = str(tmp_path / "r.db")
+    store = SqliteStore(path, retention_rows=5)
+    for i in range(8):
+        store.write([_record(i)])
+    assert [r.request_id for r in store.records()] == ["r3", "r4", "r5", "r6", "r7"]
+    store.close()
+    again = SqliteStore(path, retention_rows=5)
+    again.write([_record(8)])
+    assert [r.request_id for r in again.records()] == ["r4", "r5", "r6", "r7", "r8"]
+    assert [r.request_id for r in again.records(after_id=6, limit=1)] == ["r6"]  # r6 has row id 7
+    again.close()
+    readonly = SqliteStore(path, readonly=True)
+    assert readonly.count() == 5
+
+
+def test_aggregates(tmp_path):
+    store = SqliteStore(str(tmp_path / "r.db"))
+    store.write([_record(1), _record(2, "diverged", baseline=True), _record(3, "error"),
+                 _record(4, deterministic=False)])
+    agg = store.aggregates()
+    assert agg.records == 4
+    assert (agg.shadow.compared, agg.shadow.diverged, agg.shadow.errors) == (2, 1, 1)
+    assert agg.shadow.sampled == 1 and agg.shadow.first_divergence == (2,)
+    assert agg.baseline is not None and agg.baseline.compared == 1
+    assert len(agg.latency["shadow"].ttft_s) == 4
+    assert abs(agg.latency["primary"].tpot_s[0] - 0.2) < 1e-9
+    assert agg.roles["primary"].requests == 4
+    assert agg.as_json()["baseline"]["compared"] == 1
+    assert SqliteStore(":memory:").aggregates().baseline is None
+
+
+async def test_async_writer_flushes_and_closes(tmp_path):
+    path = str(tmp_path / "r.db")
+    drops: list[int] = []
+    store = RecordStore(SqliteStore(path), queue_size=4, on_drop=lambda: drops.append(1))
+    store.start()
+    accepted = sum(store.put(_record(i)) for i in range(10))  # no await: the queue fills
+    assert accepted == 4 and len(drops) == 6
+    await store.flush()
+    assert await store.call(SqliteStore.count) == 4
+    store.put(_record(99))
+    await store.close()
+    assert SqliteStore(path).count() == 5
+    await asyncio.sleep(0)
