@@ -76,9 +76,9 @@ def render_table(figures: Sequence[Figure]) -> str:
             rel_text = f"x{relation:.3f}"
         else:
             rel_text = f"{relation:+.3f} {fig.unit}"
-        ref_text = (
-            f"{fig.reference} = {_num(fig.reference_value, fig.unit)}" if fig.reference else ""
-        )
+        ref_text = fig.reference
+        if fig.reference and fig.reference_value is not None:
+            ref_text = f"{fig.reference} = {_num(fig.reference_value, fig.unit)}"
         rows.append(
             (
                 fig.scenario,

@@ -166,11 +166,12 @@ class _Stream(asyncio.Protocol):
             self._ttft_seen = True
             start = self._sse.rfind(b"data:", 0, match.start())
             data, self._sse = self._sse[max(start, 0) :], b""
-        joined = self._carry + data
-        found = joined.count(b"data:") - joined.count(b"[DONE]")
+        # A marker split across reads is counted once: keep len(marker) - 1 bytes back.
+        carry = self._carry
+        found = (carry[-4:] + data).count(b"data:") - (carry + data).count(b"[DONE]")
         self.events += found
         self._counter[0] += found
-        self._carry = joined[-5:]
+        self._carry = (carry + data)[-5:]
 
     def _finish(self) -> None:
         if self._done is not None and not self._done.done():
