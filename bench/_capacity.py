@@ -18,7 +18,7 @@ from pathlib import Path
 from _common import BenchConfig, Outcome, load_spec, merge, servers_for, summary
 from _figures import Figure
 from _load import LoadResult, LoadSpec, run_load
-from _paths import Layout
+from _paths import Layout, mirror_counters
 from _procs import cpu_seconds, memory, open_fds
 
 MB = 1024 * 1024
@@ -44,11 +44,12 @@ def _relay_rate(
                                  tokens * itl_ms / 1000)
                 merge(results[path], run_load(spec, on_window=mark))
                 cpu_s[path] += marks.get("end", 0.0) - marks.get("start", 0.0)
+        counters = mirror_counters(servers["proxy"]) if "proxy" in servers else {}
     out.errors = {p: r.errors for p, r in results.items()}
     capacity = {p: (r.events / cpu_s[p] if cpu_s[p] > 0 else math.nan) for p, r in results.items()}
     busy = {p: cpu_s[p] / r.window_s if r.window_s else math.nan for p, r in results.items()}
     out.raw = {
-        "concurrency": concurrency, "tokens": tokens, "itl_ms": itl_ms,
+        "concurrency": concurrency, "tokens": tokens, "itl_ms": itl_ms, "proxy_counters": counters,
         "paths": {p: {**summary(r), "server_cpu_s": cpu_s[p], "server_cpu_busy": busy[p],
                       "events_per_cpu_s": capacity[p]} for p, r in results.items()},
     }
@@ -119,11 +120,13 @@ def memory_use(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
         stop.set()
         sampler.join()
         final = memory(proxy.pid)
+        counters = mirror_counters(proxy)
     expected_rate = streams * 1000 / cfg.memory_itl_ms
     out.errors = {"proxy": result.errors}
     out.raw = {"streams": streams, "idle_rss_mb": idle.rss_bytes / MB,
                "peak_rss_mb": peak["rss"] / MB, "hwm_mb": final.hwm_bytes / MB,
                "peak_fds": peak["fds"], "expected_events_per_s": expected_rate,
+               "proxy_counters": counters,
                "took_s": time.perf_counter() - started, **summary(result)}
     out.figures += [
         Figure("memory", f"client events/s @{streams} streams", result.events_per_s, "ev/s",

@@ -14,7 +14,7 @@ from pathlib import Path
 from _common import BenchConfig, Outcome, load_spec, median, merge, servers_for, summary, ttft_ms
 from _figures import Figure
 from _load import LoadResult, run_load
-from _paths import Layout, backend, mirroring_proxy
+from _paths import Layout, backend, mirror_counters, mirroring_proxy
 from _procs import dead_port, free_port
 
 QUANTILES = (("p50", 50.0), ("p99", 99.0))
@@ -35,6 +35,7 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
                 this_round[path] = run_load(spec)
                 merge(pooled[path], this_round[path])
             rounds.append(this_round)
+        counters = mirror_counters(servers["proxy"]) if "proxy" in servers else {}
     per_round = [{p: {q: ttft_ms(r, x) for q, x in QUANTILES} for p, r in rnd.items()}
                  for rnd in rounds]
     ttft = {p: {q: median([rnd[p][q] for rnd in per_round]) for q, _ in QUANTILES}
@@ -42,6 +43,7 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
     added = {p: {q: median([rnd[p][q] - rnd["direct"][q] for rnd in per_round])
                  for q, _ in QUANTILES} for p in cfg.paths}
     out.raw = {"concurrency": cfg.latency_concurrency, "rounds": per_round,
+               "proxy_counters": counters,
                "median_ttft_ms": ttft, "median_added_ms": added,
                "pooled": {p: summary(r) for p, r in pooled.items()}}
     out.errors = {p: r.errors for p, r in pooled.items()}
@@ -102,11 +104,12 @@ def impact(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
                 merge(pooled[v], result)
                 this_round[v] = {q: ttft_ms(result, x) for q, x in QUANTILES}
             per_round.append(this_round)
+        counters = {v: mirror_counters(proxies[v]) for v in variants}
     p99 = {v: median([rnd[v]["p99"] for rnd in per_round]) for v in variants}
     ratio = {v: median([rnd[v]["p99"] / rnd["normal"]["p99"] for rnd in per_round])
              for v in variants}
     out.raw = {"concurrency": cfg.impact_concurrency, "primary_ttft_ms": cfg.impact_ttft_ms,
-               "slow_factor": cfg.slow_factor, "rounds": per_round, "median_p99_ms": p99,
+               "slow_factor": cfg.slow_factor, "rounds": per_round, "proxy_counters": counters, "median_p99_ms": p99,
                "median_p99_ratio": ratio, "pooled": {v: summary(r) for v, r in pooled.items()}}
     out.errors = {f"{v}-shadow": r.errors for v, r in pooled.items()}
     out.figures.append(Figure("impact", "primary TTFT p99, normal shadow", p99["normal"], "ms"))

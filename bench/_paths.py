@@ -12,13 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from _procs import pinned, python, started
+from _procs import pinned, python, scrape_counters, started
 from nginx import nginx_argv
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 
 BackendKind = Literal["sim", "inline"]
+PROXY_METRICS_PATH = "/_vllm_cutover/metrics"
+MIRROR_COUNTERS = ("vllm_cutover_shadow_mirrored_total", "vllm_cutover_shadow_dropped_total",
+                   "vllm_cutover_token_id_source_total", "vllm_cutover_comparisons_total")
 
 
 @dataclass(frozen=True)
@@ -85,9 +88,16 @@ def mirroring_proxy(
         argv += ["--shadow", shadow]
     if baseline:
         argv += ["--baseline", baseline]
-    argv += list(extra_args)
+    # Every sampled request mirrored (no drop at the default cap of 256 in flight): the
+    # worst case for the client path. --proxy-arg may override it (argparse keeps the last).
+    argv += ["--max-shadow-inflight", "4096", *extra_args]
     with _started(pinned(argv, layout.relay_cpus), port, "proxy", layout, timeout_s=60) as proc:
         yield Server("proxy", port, proc.pid)
+
+
+def mirror_counters(proxy: Server) -> dict[str, float]:
+    """The proxy's mirrored / dropped counters, from its own metrics path on the client port."""
+    return scrape_counters(proxy.port, PROXY_METRICS_PATH, MIRROR_COUNTERS)
 
 
 @contextlib.contextmanager

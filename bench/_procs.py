@@ -155,3 +155,22 @@ def open_fds(pid: int) -> int:
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return 0
+
+
+def scrape_counters(port: int, path: str, prefixes: Sequence[str]) -> dict[str, float]:
+    """Sum of each Prometheus sample whose name+labels start with one of `prefixes`."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, _, value = line.rpartition(" ")
+        if name.startswith(tuple(prefixes)):
+            out[name] = out.get(name, 0.0) + float(value)
+    return out

@@ -84,7 +84,8 @@ def run(cfg: BenchConfig, json_out: Path | None, keep_logs: bool) -> int:
         raise SystemExit("nginx is not installed (Debian package `nginx`); or drop it from --paths")
     print(f"proxy_bench: mode={cfg.mode} backend={cfg.backend} paths={','.join(cfg.paths)} "
           f"relay cpus={layout.relay_cpus or 'any'} load+backend cpus={layout.load_cpus or 'any'} "
-          f"logs={tmp}", flush=True)
+          f"load average={os.getloadavg()[0]:.1f} logs={tmp}", flush=True)
+    load_before = os.getloadavg()
     figures, raw, errors = [], {}, {}
     started = time.perf_counter()
     try:
@@ -103,10 +104,14 @@ def run(cfg: BenchConfig, json_out: Path | None, keep_logs: bool) -> int:
     failed_requests = {k: v for k, v in errors.items() if v}
     verdicts = [f.passed for f in figures if f.passed is not None]
     print(f"\ntargets: {verdicts.count(True)} PASS, {verdicts.count(False)} FAIL; "
-          f"failed requests: {failed_requests or 'none'}; took {time.perf_counter() - started:.0f} s")
+          f"failed requests: {failed_requests or 'none'}; took {time.perf_counter() - started:.0f} s; "
+          f"load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} (other work on the machine "
+          "skews every figure; same-run references absorb part of it)")
     if json_out is not None:
         document = {
-            "config": asdict(cfg), "host": {"cpus": cpu_count(), "python": platform.python_version()},
+            "config": asdict(cfg),
+            "host": {"cpus": cpu_count(), "python": platform.python_version(),
+                     "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
             "figures": [f.to_json() | {"verdict": verdict(f.passed)} for f in figures],
             "raw": raw, "errors": errors, "took_s": time.perf_counter() - started,
         }

@@ -41,6 +41,8 @@ def test_smoke_run_measures_every_figure(tmp_path: Path, nginx_available: None) 
         assert isinstance(figure["value"], float) and figure["value"] == figure["value"], figure
         assert figure["verdict"] in ("PASS", "FAIL")
     assert not any(document["errors"].values()), document["errors"]
+    counters = document["raw"]["latency"]["proxy_counters"]
+    assert counters.get('vllm_cutover_shadow_mirrored_total{role="shadow"}', 0) > 0, counters
     memory = document["raw"]["memory"]
     assert memory["hwm_mb"] > 10 and memory["events"] > 0
     assert "PASS" in proc.stdout or "FAIL" in proc.stdout
