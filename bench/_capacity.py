@@ -19,7 +19,7 @@ from _common import BenchConfig, Outcome, load_spec, merge, servers_for, summary
 from _figures import Figure
 from _load import LoadResult, LoadSpec, run_load
 from _paths import Layout, mirror_counters
-from _procs import cpu_seconds, memory, open_fds
+from _procs import CpuMarks, memory, open_fds
 
 MB = 1024 * 1024
 
@@ -34,16 +34,11 @@ def _relay_rate(
     with servers_for(cfg, layout, tmp, 0.0, itl_ms) as servers:
         for _ in range(cfg.reps):
             for path in cfg.paths:
-                marks: dict[str, float] = {}
-                pid = servers[path].pid
-
-                def mark(label: str, pid: int = pid, marks: dict[str, float] = marks) -> None:
-                    marks[label] = cpu_seconds(pid)
-
+                marks = CpuMarks(servers[path].pid)
                 spec = load_spec(cfg, layout, servers[path].port, concurrency, tokens,
                                  tokens * itl_ms / 1000)
-                merge(results[path], run_load(spec, on_window=mark))
-                cpu_s[path] += marks.get("end", 0.0) - marks.get("start", 0.0)
+                merge(results[path], run_load(spec, on_window=marks))
+                cpu_s[path] += marks.seconds
         counters = mirror_counters(servers["proxy"]) if "proxy" in servers else {}
     out.errors = {p: r.errors for p, r in results.items()}
     capacity = {p: (r.events / cpu_s[p] if cpu_s[p] > 0 else math.nan) for p, r in results.items()}
@@ -95,7 +90,9 @@ def memory_use(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
     if "proxy" not in cfg.paths:
         return out
     streams = cfg.memory_streams
-    warm_s = max(cfg.warmup_s, 3.0 if cfg.mode != "smoke" else 0.5)
+    # Open the streams gently (a few hundred new mirrored requests a second), then hold them.
+    ramp_s = 5.0 if cfg.mode != "smoke" else 0.3
+    warm_s = ramp_s + max(cfg.warmup_s, 3.0 if cfg.mode != "smoke" else 0.2)
     tokens = math.ceil((warm_s + cfg.duration_s) * 1000 / cfg.memory_itl_ms) + 5
     peak = {"rss": 0, "fds": 0}
     with servers_for(replace(cfg, paths=("direct", "proxy")), layout, tmp, 0.0,
@@ -113,7 +110,7 @@ def memory_use(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         spec = LoadSpec(port=proxy.port, concurrency=streams, duration_s=cfg.duration_s,
-                        warmup_s=warm_s, max_tokens=tokens, stagger_s=warm_s / 2,
+                        warmup_s=warm_s, max_tokens=tokens, stagger_s=ramp_s,
                         processes=max(2, cfg.load_processes), cpus=layout.load_cpus)
         started = time.perf_counter()
         result = run_load(spec)
@@ -132,6 +129,8 @@ def memory_use(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
         Figure("memory", f"client events/s @{streams} streams", result.events_per_s, "ev/s",
                reference="expected, all streams open", reference_value=expected_rate,
                compare="ratio"),
+        Figure("memory", "streams streaming at window end", float(result.streaming_at_end), "",
+               reference="streams", reference_value=float(streams), compare="ratio"),
         Figure("memory", "proxy open fds (peak)", float(peak["fds"]), ""),
         Figure("memory", "proxy VmRSS (peak sampled)", peak["rss"] / MB, "MB"),
         Figure("memory", f"proxy VmHWM @{streams} mirrored streams", final.hwm_bytes / MB, "MB",

@@ -15,7 +15,7 @@ from _common import BenchConfig, Outcome, load_spec, median, merge, servers_for,
 from _figures import Figure
 from _load import LoadResult, run_load
 from _paths import Layout, backend, mirror_counters, mirroring_proxy
-from _procs import dead_port, free_port
+from _procs import CpuMarks, dead_port, free_port
 
 QUANTILES = (("p50", 50.0), ("p99", 99.0))
 
@@ -25,6 +25,7 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
     out = Outcome()
     pooled = {p: LoadResult() for p in cfg.paths}
     rounds: list[dict[str, LoadResult]] = []
+    cpu_s = {p: 0.0 for p in cfg.paths}
     request_s = cfg.latency_tokens * cfg.latency_itl_ms / 1000
     with servers_for(cfg, layout, tmp, 0.0, cfg.latency_itl_ms) as servers:
         for _ in range(cfg.reps):
@@ -32,7 +33,9 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
             for path in cfg.paths:
                 spec = load_spec(cfg, layout, servers[path].port, cfg.latency_concurrency,
                                  cfg.latency_tokens, request_s)
-                this_round[path] = run_load(spec)
+                marks = CpuMarks(servers[path].pid)
+                this_round[path] = run_load(spec, on_window=marks)
+                cpu_s[path] += marks.seconds
                 merge(pooled[path], this_round[path])
             rounds.append(this_round)
         counters = mirror_counters(servers["proxy"]) if "proxy" in servers else {}
@@ -55,6 +58,16 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
             for q, _ in QUANTILES:
                 out.figures.append(Figure("latency", f"{path} added TTFT {q}", added[path][q], "ms",
                                           reference="direct", reference_value=ttft["direct"][q]))
+    # CPU per request does not depend on what else runs on the machine: the cost to optimise.
+    cpu_ms = {p: cpu_s[p] * 1000 / max(1.0, pooled[p].events / cfg.latency_tokens)
+              for p in cfg.paths if p != "direct"}
+    out.raw["relay_cpu_ms_per_request"] = cpu_ms
+    for path, value in cpu_ms.items():
+        out.figures.append(Figure(
+            "latency", f"{path} CPU per request ({cfg.latency_tokens} events)", value, "ms",
+            reference="nginx" if path != "nginx" and "nginx" in cpu_ms else "",
+            reference_value=cpu_ms.get("nginx") if path != "nginx" else None, compare="ratio",
+        ))
     if "proxy" in added:
         nginx_added = added.get("nginx")
         for q, limit in (("p50", 1.0), ("p99", 3.0)):

@@ -49,6 +49,7 @@ class LoadResult:
     events: int = 0
     window_s: float = 0.0
     completed: int = 0
+    streaming_at_end: int = 0  # streams between their first event and their end when the window closed
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
 
@@ -62,7 +63,7 @@ class _Stream(asyncio.Protocol):
 
     def __init__(self, request: bytes, counter: list[int]) -> None:
         self._request = request
-        self._counter = counter  # shared [events] of the process
+        self._counter = counter  # shared [events, streams streaming now] of the process
         self._transport: asyncio.Transport | None = None
         self.closed = asyncio.get_running_loop().create_future()
         self._done: asyncio.Future[None] | None = None
@@ -75,6 +76,7 @@ class _Stream(asyncio.Protocol):
         self._chunked = True
         self._length_left = -1
         self._ttft_seen = False
+        self._streaming = False
         self._sse = b""
         self._carry = b""
         self.status = 0
@@ -87,6 +89,7 @@ class _Stream(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._stop_streaming()
         if not self.closed.done():
             self.closed.set_result(None)
         if self._done is not None and not self._done.done():
@@ -164,6 +167,8 @@ class _Stream(asyncio.Protocol):
                 return
             self.t_first = time.perf_counter()
             self._ttft_seen = True
+            self._streaming = True
+            self._counter[1] += 1
             start = self._sse.rfind(b"data:", 0, match.start())
             data, self._sse = self._sse[max(start, 0) :], b""
         # A marker split across reads is counted once: keep len(marker) - 1 bytes back.
@@ -173,7 +178,13 @@ class _Stream(asyncio.Protocol):
         self._counter[0] += found
         self._carry = (carry + data)[-5:]
 
+    def _stop_streaming(self) -> None:
+        if self._streaming:
+            self._streaming = False
+            self._counter[1] -= 1
+
     def _finish(self) -> None:
+        self._stop_streaming()
         if self._done is not None and not self._done.done():
             self._done.set_result(None)
 
@@ -245,7 +256,7 @@ async def _run_process(spec: LoadSpec, first: int, concurrency: int, t_begin: fl
         % (spec.path.encode(), spec.port, len(body), body)
     )
     out = LoadResult()
-    counter = [0]
+    counter = [0, 0]
     await asyncio.sleep(max(0.0, t_begin - time.perf_counter()))
     t_warm = t_begin + spec.warmup_s
     t_end = t_warm + spec.duration_s
@@ -258,6 +269,9 @@ async def _run_process(spec: LoadSpec, first: int, concurrency: int, t_begin: fl
     ]
     await asyncio.sleep(max(0.0, t_warm - time.perf_counter()))
     events_at_warm = counter[0]
+    # Sampled just before the end: at t_end the workers' own timeouts start closing streams.
+    await asyncio.sleep(max(0.0, t_end - 0.05 - time.perf_counter()))
+    out.streaming_at_end = counter[1]
     await asyncio.sleep(max(0.0, t_end - time.perf_counter()))
     out.events = counter[0] - events_at_warm
     out.window_s = spec.duration_s
@@ -317,6 +331,7 @@ def run_load(spec: LoadSpec, on_window: Callable[[str], None] | None = None) -> 
             merged.e2es_s += part.e2es_s
             merged.events += part.events
             merged.completed += part.completed
+            merged.streaming_at_end += part.streaming_at_end
             merged.errors += part.errors
             merged.error_samples += part.error_samples
         else:

@@ -150,6 +150,21 @@ def cpu_seconds(pid: int) -> float:
     return total / ticks
 
 
+class CpuMarks:
+    """`on_window` callback of run_load: CPU seconds of `pid` (and children) in the window."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.marks: dict[str, float] = {}
+
+    def __call__(self, label: str) -> None:
+        self.marks[label] = cpu_seconds(self.pid)
+
+    @property
+    def seconds(self) -> float:
+        return self.marks.get("end", 0.0) - self.marks.get("start", 0.0)
+
+
 def open_fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))

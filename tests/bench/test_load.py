@@ -33,7 +33,7 @@ class _Transport:
 
 
 async def _parse(raw: bytes, cuts: list[int]) -> _Stream:
-    counter = [0]
+    counter = [0, 0]
     stream = _Stream(b"GET / HTTP/1.1\r\n\r\n", counter)
     stream.connection_made(_Transport())  # type: ignore[arg-type]
     done = stream.send()
@@ -42,6 +42,7 @@ async def _parse(raw: bytes, cuts: list[int]) -> _Stream:
         stream.data_received(piece)
     await asyncio.wait_for(done, 1)
     assert counter[0] == stream.events
+    assert counter[1] == 0  # no stream left counted as streaming
     return stream
 
 
