@@ -6,7 +6,7 @@ import asyncio
 import json
 import random
 
-from _load import _Stream
+from _sse_client import SSEStream
 
 
 def _response(chunked: bool) -> tuple[bytes, int]:
@@ -32,9 +32,9 @@ class _Transport:
         pass
 
 
-async def _parse(raw: bytes, cuts: list[int]) -> _Stream:
+async def _parse(raw: bytes, cuts: list[int]) -> SSEStream:
     counter = [0, 0]
-    stream = _Stream(b"GET / HTTP/1.1\r\n\r\n", counter)
+    stream = SSEStream(b"GET / HTTP/1.1\r\n\r\n", counter)
     stream.connection_made(_Transport())  # type: ignore[arg-type]
     done = stream.send()
     pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)])]
