@@ -34,7 +34,7 @@ class BenchConfig:
     warmup_s: float
     reps: int
     latency_concurrency: int = 256
-    latency_tokens: int = 16
+    latency_tokens: int = 64
     latency_itl_ms: float = 50.0
     throughput_concurrency: int = 64
     throughput_tokens: int = 256

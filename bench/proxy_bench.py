@@ -58,12 +58,14 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         mode=mode, paths=paths, scenarios=scenarios, backend=backend,  # type: ignore[arg-type]
         duration_s=args.duration or sizes[0], warmup_s=sizes[1], reps=args.reps or sizes[2],
         load_processes=args.load_processes, baseline=not args.no_baseline,
-        proxy_args=tuple(args.proxy_arg),
+        proxy_args=tuple(args.proxy_arg), latency_tokens=args.latency_tokens,
+        latency_itl_ms=args.latency_itl_ms,
     )
     if mode == "smoke":
         cfg = replace(cfg, latency_concurrency=8, throughput_concurrency=4, throughput_tokens=64,
                       impact_concurrency=4, memory_streams=20, memory_itl_ms=100.0,
-                      latency_itl_ms=5.0, paced_concurrency=8, paced_itl_ms=10.0)
+                      latency_tokens=16, latency_itl_ms=5.0, paced_concurrency=8,
+                      paced_itl_ms=10.0)
     return cfg
 
 
@@ -135,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=0.0, help="seconds per measurement")
     parser.add_argument("--reps", type=int, default=0, help="interleaved rounds per path")
     parser.add_argument("--load-processes", type=int, default=1)
+    parser.add_argument("--latency-tokens", type=int, default=64,
+                        help="tokens per request in the latency scenario (default: %(default)s)")
+    parser.add_argument("--latency-itl-ms", type=float, default=50.0,
+                        help="inter-token latency there (default: %(default)s)")
     parser.add_argument("--no-baseline", action="store_true", help="proxy without --baseline")
     parser.add_argument("--proxy-arg", action="append", default=[],
                         help="extra argument for `vllm-cutover proxy` (repeatable)")
