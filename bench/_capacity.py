@@ -50,7 +50,7 @@ def _relay_rate(
     }
     direct_rate = results["direct"].events_per_s
     out.figures.append(Figure(scenario, "direct events/s (load limit)", direct_rate, "ev/s"))
-    for path in ("nginx", "bare", "proxy"):
+    for path in ("nginx", "bare", "unsampled", "proxy"):
         if path not in results:
             continue
         out.figures.append(Figure(

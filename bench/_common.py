@@ -19,7 +19,7 @@ from _load import LoadResult, LoadSpec
 from _paths import BackendKind, Layout, Server, backend, bare_relay, mirroring_proxy, nginx
 from _procs import free_port
 
-PathName = Literal["direct", "proxy", "nginx", "bare"]
+PathName = Literal["direct", "proxy", "nginx", "bare", "unsampled"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,8 @@ def servers_for(cfg: BenchConfig, layout: Layout, tmp: Path, ttft_ms: float, itl
         roles = ["primary"]
         if "proxy" in cfg.paths:
             roles += ["shadow", "baseline"] if cfg.baseline else ["shadow"]
+        elif "unsampled" in cfg.paths:
+            roles += ["shadow"]
         backends = {
             role: stack.enter_context(
                 backend(layout, cfg.backend, role, free_port(), ttft_ms, itl_ms)
@@ -119,6 +121,11 @@ def servers_for(cfg: BenchConfig, layout: Layout, tmp: Path, ttft_ms: float, itl
             )
         if "bare" in cfg.paths:
             servers["bare"] = stack.enter_context(bare_relay(layout, free_port(), primary.url))
+        if "unsampled" in cfg.paths:  # the proxy's relay alone: --sample-rate 0
+            servers["unsampled"] = stack.enter_context(mirroring_proxy(
+                layout, free_port(), primary.url, backends["shadow"].url, None,
+                tmp / f"unsampled-{primary.port}.sqlite", cfg.proxy_args, sample_rate=0.0,
+            ))
         yield servers
 
 

@@ -53,7 +53,7 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
     conc = cfg.latency_concurrency
     for q, _ in QUANTILES:
         out.figures.append(Figure("latency", f"direct TTFT {q} @{conc}", ttft["direct"][q], "ms"))
-    for path in ("nginx", "bare"):
+    for path in ("nginx", "bare", "unsampled"):
         if path in added:
             for q, _ in QUANTILES:
                 out.figures.append(Figure("latency", f"{path} added TTFT {q}", added[path][q], "ms",

@@ -32,7 +32,7 @@ from _paths import REPO_ROOT, Layout
 from _procs import cpu_count, raise_nofile
 from nginx import nginx_binary
 
-ALL_PATHS = ("direct", "proxy", "nginx", "bare")
+ALL_PATHS = ("direct", "proxy", "nginx", "bare", "unsampled")
 SCENARIOS = {"latency": latency, "throughput": throughput, "paced": paced, "impact": impact,
              "memory": memory_use}
 log = logging.getLogger("proxy_bench")
@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--quick", action="store_true", help="short run, one round (~1-2 min)")
     size.add_argument("--smoke", action="store_true", help="tiny scale: proves the harness runs")
     parser.add_argument("--paths", default="direct,proxy,nginx,bare",
-                        help="paths to measure (direct is always measured; default: %(default)s)")
+                        help="paths to measure (direct is always measured; `unsampled`: the proxy "
+                        "with --sample-rate 0, its relay alone; default: %(default)s)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help="scenarios to run (default: %(default)s)")
     parser.add_argument("--backend", choices=("auto", "sim", "inline"), default="auto",
