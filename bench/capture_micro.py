@@ -3,7 +3,7 @@
 Prints events/s for: a reference loop (bytes.split + json.loads per event, the least any
 parser must do), the SSE decoder alone, and decoder + CaptureBuilder (what the mirror runs
 per relayed chunk), fed one event per chunk and in 4 KiB network-sized pieces.
-Usage (repo root): python -m bench.capture_micro [--tokens 256] [--streams 200]
+Usage (repo root): python -m bench.capture_micro [--tokens 256] [--streams 200] [--top-logprobs K]
 """
 
 from __future__ import annotations
@@ -17,14 +17,20 @@ from proxy.compare.capture import CaptureBuilder
 from proxy.compare.sse import SSEDecoder
 
 
-def vllm_chat_stream(tokens: int) -> list[bytes]:
+def vllm_chat_stream(tokens: int, top_logprobs: int = 0) -> list[bytes]:
     head = {"id": "chatcmpl-0123456789abcdef", "object": "chat.completion.chunk",
             "created": 1760000000, "model": "nvidia/Llama-3.1-8B-Instruct-FP4"}
     events = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                     "logprobs": None, "finish_reason": None}]}]
     for i in range(tokens):
+        logprobs = None
+        if top_logprobs:
+            alts = [{"token": f" alt{j}", "logprob": -1.0 - j, "bytes": None}
+                    for j in range(top_logprobs)]
+            logprobs = {"content": [{"token": f" tok{i}", "logprob": -0.5, "bytes": None,
+                                     "top_logprobs": alts}]}
         events.append({**head, "choices": [{"index": 0, "delta": {"content": f" tok{i}"},
-                                            "logprobs": None, "finish_reason": None,
+                                            "logprobs": logprobs, "finish_reason": None,
                                             "token_ids": [1000 + i]}]})
     events.append({**head, "choices": [{"index": 0, "delta": {"content": ""},
                                         "logprobs": None, "finish_reason": "length"}]})
@@ -73,8 +79,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--streams", type=int, default=200)
+    parser.add_argument("--top-logprobs", type=int, default=0, help="alternatives per token")
     args = parser.parse_args()
-    per_event = vllm_chat_stream(args.tokens)
+    per_event = vllm_chat_stream(args.tokens, args.top_logprobs)
     events = len(per_event)
     ref = rate(reference, per_event, events, args.streams)
     print(f"{events} events/stream, {args.streams} streams, best of 3")

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from proxy.compare.gate import GateInputs, MatchCounts
 from proxy.compare.stats import LatencySamples
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
 
@@ -44,7 +45,7 @@ CREATE TABLE IF NOT EXISTS comparison (
     exchange_id INTEGER NOT NULL, against TEXT NOT NULL, outcome TEXT NOT NULL,
     exact_match INTEGER NOT NULL, first_divergence INTEGER, edit_distance INTEGER,
     length_delta INTEGER, finish_reason_match INTEGER, close_match INTEGER, reason TEXT NOT NULL,
-    PRIMARY KEY (exchange_id, against));
+    basis TEXT NOT NULL, PRIMARY KEY (exchange_id, against));
 """
 
 
@@ -89,6 +90,18 @@ class StoreAggregates:
     latency: dict[str, LatencySamples]
     roles: dict[str, RoleCounts]
 
+    def gate_inputs(self) -> GateInputs:
+        """What `proxy.compare.gate.evaluate` judges (cancelled requests left out)."""
+        baseline = self.baseline
+        return GateInputs(
+            new_vs_old=MatchCounts(self.shadow.compared, self.shadow.diverged),
+            baseline_vs_old=MatchCounts(baseline.compared, baseline.diverged)
+            if baseline is not None else None,
+            latency=self.latency,
+            requests={r: c.requests - c.cancelled for r, c in self.roles.items()},
+            errors={r: c.errors for r, c in self.roles.items()},
+        )
+
     def as_json(self) -> dict[str, Any]:
         def pair(p: PairCounts) -> dict[str, Any]:
             out = asdict(p)
@@ -99,55 +112,59 @@ class StoreAggregates:
             "records": self.records,
             "shadow": pair(self.shadow),
             "baseline": pair(self.baseline) if self.baseline else None,
-            "latency_samples": {r: len(s.ttft_s) for r, s in self.latency.items()},
+            "latency_samples": {r: {"ttft": len(s.ttft_s), "tpot": len(s.tpot_s),
+                                    "e2e": len(s.e2e_s)} for r, s in self.latency.items()},
             "roles": {r: asdict(c) for r, c in self.roles.items()},
         }
 
 
 def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
+                   first_divergences: Sequence[tuple[str, int]],
                    captures: Sequence[tuple[Any, ...]], latency: Sequence[tuple[Any, ...]],
-                   max_itl_samples: int = 200_000) -> StoreAggregates:
-    """Fold raw rows (see `SqliteStore.aggregates`) into `StoreAggregates`."""
+                   max_itl_samples: int = 20_000) -> StoreAggregates:
+    """Fold the grouped rows of `SqliteStore.aggregates` into `StoreAggregates`."""
     pairs: dict[str, dict[str, Any]] = {}
-    for against, outcome, det, close, first in comparisons:
+    for against, outcome, det, close, count in comparisons:
         p = pairs.setdefault(against, {"compared": 0, "diverged": 0, "close": 0,
                                        "not_comparable": 0, "errors": 0, "sampled": 0,
                                        "first_divergence": []})
         if outcome == "error":
-            p["errors"] += 1
+            p["errors"] += count
         elif outcome == "not_comparable":
-            p["not_comparable"] += 1
+            p["not_comparable"] += count
         elif not det:
-            p["sampled"] += 1
+            p["sampled"] += count
         else:
-            p["compared"] += 1
+            p["compared"] += count
             if outcome == "diverged":
-                p["diverged"] += 1
-                p["close"] += int(bool(close))
-                if first is not None:
-                    p["first_divergence"].append(first)
+                p["diverged"] += count
+                p["close"] += count if close else 0
+    for against, first in first_divergences:
+        if against in pairs:
+            pairs[against]["first_divergence"].append(first)
     made = {k: PairCounts(**{**v, "first_divergence": tuple(v["first_divergence"])})
             for k, v in pairs.items()}
     roles: dict[str, dict[str, Any]] = {}
-    for role, _status, error, cancelled, finish in captures:
+    for role, cancelled, failed, finish, count in captures:
         r = roles.setdefault(role, {"requests": 0, "errors": 0, "cancelled": 0,
                                     "finish_reasons": {}})
-        r["requests"] += 1
+        r["requests"] += count
         if cancelled:
-            r["cancelled"] += 1
-        elif error is not None:
-            r["errors"] += 1
+            r["cancelled"] += count
+        elif failed:
+            r["errors"] += count
         if finish is not None:
-            r["finish_reasons"][finish] = r["finish_reasons"].get(finish, 0) + 1
+            r["finish_reasons"][finish] = r["finish_reasons"].get(finish, 0) + count
     samples: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {}
     itl_left = max_itl_samples
-    for role, ttft, e2e, tokens, itl_blob in reversed(latency):
+    for role, ttft, e2e, tokens, itl_blob, streamed in reversed(latency):
         ttfts, tpots, itls, e2es = samples.setdefault(role, ([], [], [], []))
+        e2es.append(e2e)
+        if not streamed or ttft is None:
+            continue
         ttfts.append(ttft)
-        if e2e is not None:
-            e2es.append(e2e)
-            if tokens is not None and tokens > 1:
-                tpots.append((e2e - ttft) / (tokens - 1))
+        if tokens is not None and tokens > 1:
+            tpots.append((e2e - ttft) / (tokens - 1))
         if itl_blob and itl_left > 0:
             gaps = array("f")
             gaps.frombytes(itl_blob)
@@ -203,10 +220,10 @@ class SqliteStore:
             "INSERT INTO capture VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [self._capture_row(exchange_id, c) for c in record.captures])
         self._db.executemany(
-            "INSERT INTO comparison VALUES (?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO comparison VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             [(exchange_id, c.against, c.outcome, int(c.exact_match), c.first_divergence,
               c.edit_distance, c.length_delta, _opt_bool(c.finish_reason_match),
-              _opt_bool(c.close_match), c.reason) for c in record.comparisons])
+              _opt_bool(c.close_match), c.reason, c.basis) for c in record.comparisons])
 
     def _capture_row(self, exchange_id: int | None, c: Capture) -> tuple[Any, ...]:
         keep = self.store_text
@@ -284,7 +301,7 @@ class SqliteStore:
         comparisons = tuple(Comparison(
             against=c[1], outcome=c[2], exact_match=bool(c[3]), first_divergence=c[4],
             edit_distance=c[5], length_delta=c[6], finish_reason_match=_from_opt_bool(c[7]),
-            close_match=_from_opt_bool(c[8]), reason=c[9]) for c in comparison_rows)
+            close_match=_from_opt_bool(c[8]), reason=c[9], basis=c[10]) for c in comparison_rows)
         meta = RequestMeta(endpoint=endpoint, stream=bool(stream), deterministic=bool(det),
                            prompt_sha256=sha, prompt_chars=chars, max_tokens=max_tokens, n=n,
                            logprobs_k=logprobs_k)
@@ -292,18 +309,33 @@ class SqliteStore:
                               captures=tuple(captures), comparisons=comparisons, extra=extra)
 
     def aggregates(self, latency_window: int = 5000) -> StoreAggregates:
-        """Counts over all kept rows; latency samples from the newest `latency_window` rows."""
-        comparisons = self._db.execute(
-            "SELECT c.against, c.outcome, e.deterministic, c.close_match, c.first_divergence"
-            " FROM comparison c JOIN exchange e ON e.id = c.exchange_id").fetchall()
-        captures = self._db.execute(
-            "SELECT role, status, error, cancelled, finish_reason FROM capture").fetchall()
-        latency = self._db.execute(
-            "SELECT role, ttft_s, e2e_s, output_tokens, itl_s FROM capture"
-            " WHERE exchange_id > (SELECT COALESCE(MAX(id), 0) FROM exchange) - ?"
-            " AND error IS NULL AND cancelled = 0 AND ttft_s IS NOT NULL",
+        """Counts over all kept rows; latency samples from the newest `latency_window` rows.
+
+        Counting is done by SQLite (GROUP BY): it releases the GIL, Python loops would not.
+        """
+        db = self._db
+        comparisons = db.execute(
+            "SELECT c.against, c.outcome, e.deterministic, COALESCE(c.close_match, 0), COUNT(*)"
+            " FROM comparison c JOIN exchange e ON e.id = c.exchange_id"
+            " GROUP BY 1, 2, 3, 4").fetchall()
+        first_divergences = db.execute(
+            "SELECT c.against, c.first_divergence FROM comparison c"
+            " JOIN exchange e ON e.id = c.exchange_id WHERE c.outcome = 'diverged'"
+            " AND e.deterministic = 1 AND c.first_divergence IS NOT NULL"
+            " ORDER BY c.exchange_id").fetchall()
+        captures = db.execute(
+            "SELECT role, cancelled, (error IS NOT NULL OR status IS NULL OR status >= 400),"
+            " finish_reason, COUNT(*) FROM capture GROUP BY 1, 2, 3, 4").fetchall()
+        # Per-token timing only exists for streamed answers (unstreamed: TTFT == E2E).
+        latency = db.execute(
+            "SELECT c.role, c.ttft_s, c.e2e_s, c.output_tokens, c.itl_s,"
+            " e.stream AND (c.role != 'baseline' OR"
+            " COALESCE(json_extract(e.extra, '$.baseline_streamed'), 1))"
+            " FROM capture c JOIN exchange e ON e.id = c.exchange_id"
+            " WHERE c.exchange_id > (SELECT COALESCE(MAX(id), 0) FROM exchange) - ?"
+            " AND c.error IS NULL AND c.cancelled = 0 AND c.e2e_s IS NOT NULL",
             (latency_window,)).fetchall()
-        return aggregate_rows(self.count(), comparisons, captures, latency)
+        return aggregate_rows(self.count(), comparisons, first_divergences, captures, latency)
 
 
 class RecordStore:
@@ -316,6 +348,7 @@ class RecordStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._on_drop = on_drop
         self._writer: asyncio.Task[None] | None = None
+        self.written = 0  # records written so far (lets readers skip work when unchanged)
 
     def start(self) -> None:
         self._writer = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
@@ -350,6 +383,7 @@ class RecordStore:
                 done = len(batch) + int(stopping)
                 try:
                     await self.call(SqliteStore.write, batch)
+                    self.written += len(batch)
                 except sqlite3.Error:
                     log.exception("could not store %d record(s)", len(batch))
                     if self._on_drop:

@@ -56,3 +56,23 @@ def test_registries_are_isolated():
     a, b = ProxyMetrics(CollectorRegistry()), ProxyMetrics(CollectorRegistry())
     a.cancelled.inc()
     assert b.cancelled._value.get() == 0
+
+
+def test_bulk_itl_histogram_matches_prometheus_semantics():
+    from prometheus_client import Histogram
+
+    from proxy.metrics import ITL_BUCKETS_S
+
+    registry = CollectorRegistry()
+    metrics = ProxyMetrics(registry)
+    reference = Histogram("ref", "r", buckets=ITL_BUCKETS_S, registry=registry)
+    gaps = (0.0005, 0.001, 0.0011, 0.02, 0.02, 3.0, 0.05)
+    metrics.observe_capture(_capture(itl_s=gaps), "chat")
+    for gap in gaps:
+        reference.observe(gap)
+    families = {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
+    ours = {(s.name.rsplit("_", 1)[-1], s.labels.get("le")): s.value
+            for s in families["vllm_cutover_itl_seconds"].samples}
+    ref = {(s.name.rsplit("_", 1)[-1], s.labels.get("le")): s.value
+           for s in families["ref"].samples if not s.name.endswith("_created")}
+    assert ours == ref

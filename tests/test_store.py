@@ -18,8 +18,8 @@ def _capture(role: Role, text: str = "secret completion", **kw: Any) -> Capture:
 
 
 def _record(i: int, outcome: str = "match", deterministic: bool = True,
-            baseline: bool = False) -> ExchangeRecord:
-    meta = RequestMeta(endpoint="chat", stream=True, deterministic=deterministic,
+            baseline: bool = False, stream: bool = True) -> ExchangeRecord:
+    meta = RequestMeta(endpoint="chat", stream=stream, deterministic=deterministic,
                        prompt_sha256="ab" * 32, prompt_chars=12, max_tokens=16, logprobs_k=5)
     comparisons = [Comparison("shadow", outcome, outcome == "match",
                               None if outcome == "match" else 2, 0 if outcome == "match" else 1,
@@ -102,3 +102,24 @@ async def test_async_writer_flushes_and_closes(tmp_path):
     await store.close()
     assert SqliteStore(path).count() == 5
     await asyncio.sleep(0)
+
+
+def test_gate_inputs_from_aggregates(tmp_path):
+    store = SqliteStore(str(tmp_path / "r.db"))
+    store.write([_record(1), _record(2, "diverged", baseline=True)])
+    inputs = store.aggregates().gate_inputs()
+    assert (inputs.new_vs_old.compared, inputs.new_vs_old.diverged) == (2, 1)
+    assert inputs.baseline_vs_old is not None and inputs.baseline_vs_old.compared == 1
+    assert inputs.requests == {"primary": 2, "shadow": 2, "baseline": 1}
+    assert inputs.latency["primary"].ttft_s == (0.1, 0.1)
+
+
+def test_per_token_latency_only_from_streamed_answers(tmp_path):
+    store = SqliteStore(str(tmp_path / "r.db"))
+    unstreamed_baseline = _record(2, baseline=True)
+    unstreamed_baseline.extra["baseline_streamed"] = False
+    store.write([_record(1, stream=False), unstreamed_baseline])
+    latency = store.aggregates().latency
+    assert (len(latency["primary"].ttft_s), len(latency["primary"].e2e_s)) == (1, 2)
+    assert len(latency["primary"].tpot_s) == 1
+    assert (len(latency["baseline"].ttft_s), len(latency["baseline"].e2e_s)) == (0, 1)

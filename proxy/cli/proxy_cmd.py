@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--shadow", required=True, metavar="URL", help="backend mirrored to")
     p.add_argument("--baseline", metavar="URL",
                    help="second copy of the primary's version: measures old-vs-old noise")
+    p.add_argument("--baseline-stream", action="store_true",
+                   help="stream mirrored requests to the baseline too (default: unstreamed, "
+                        "same tokens, a third less proxy CPU; its latency is then not per token)")
     p.add_argument("--sample-rate", type=float, default=1.0, metavar="F",
                    help="fraction of generation requests mirrored (default %(default)s)")
     p.add_argument("--sample-header", metavar="NAME",
@@ -47,6 +50,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--admin-host", default="127.0.0.1", help="admin address (default loopback)")
     p.add_argument("--admin-token", metavar="T",
                    help=f"bearer token for mutating admin calls (or env {TOKEN_ENV})")
+    g = p.add_argument_group("promotion gate (GET /admin/gate)")
+    g.add_argument("--gate-min-samples", type=int, default=50, metavar="N",
+                   help="deterministic requests compared before a verdict (default %(default)s)")
+    g.add_argument("--gate-max-excess-divergence", type=float, default=0.05, metavar="F",
+                   help="allowed match-rate drop below the baseline's (default %(default)s)")
+    g.add_argument("--gate-min-match-rate", type=float, default=0.90, metavar="F",
+                   help="match rate needed without a baseline (default %(default)s)")
+    g.add_argument("--gate-require-baseline", action="store_true",
+                   help="no pass without old-vs-old noise measured on a baseline")
+    p.add_argument("--metrics-path", default="/_vllm_cutover/metrics", metavar="PATH",
+                   help="the proxy's own metrics on the client port ('' for admin port only); "
+                        "/metrics there is the primary's (default %(default)s)")
     p.add_argument("--drain-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, time for requests in flight to finish (default %(default)s)")
     p.set_defaults(func=_run)
@@ -54,6 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def build_config(args: argparse.Namespace) -> ProxyConfig:
     """The only place argparse values become configuration (validated there)."""
+    from proxy.compare.gate import GateCriteria
     from proxy.mirror.config import (
         AdminConfig,
         MirrorConfig,
@@ -71,25 +87,35 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
             sample_header=args.sample_header,
             shadow_timeout_s=args.shadow_timeout,
             max_shadow_inflight=args.max_shadow_inflight,
+            baseline_stream=args.baseline_stream,
         ),
         store=StoreConfig(db_path=args.db, retention_rows=args.retention,
                           store_text=args.store_text),
         admin=AdminConfig(host=args.admin_host, port=args.admin_port,
                           token=args.admin_token or os.environ.get(TOKEN_ENV) or None),
+        gate=GateCriteria(
+            min_samples=args.gate_min_samples,
+            max_excess_divergence=args.gate_max_excess_divergence,
+            min_match_rate=args.gate_min_match_rate,
+            require_baseline=args.gate_require_baseline,
+        ),
         max_body_bytes=args.max_body_bytes,
+        main_metrics_path=args.metrics_path or None,
         drain_timeout_s=args.drain_timeout,
     )
 
 
 def _run(args: argparse.Namespace) -> int:
-    from proxy.mirror.config import ConfigError
-
     try:
         config = build_config(args)
-    except ConfigError as exc:
+    except ValueError as exc:  # ConfigError and GateCriteria's checks quote the value
         print(f"vllm-cutover proxy: {exc}", file=sys.stderr)
         return 2
     from proxy.mirror.server import run
 
-    run(config)
+    try:
+        run(config)
+    except OSError as exc:  # port in use, address not available, database not writable
+        print(f"vllm-cutover proxy: cannot start: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -11,7 +11,10 @@ few references kept; logprobs are flattened once, in `finish`.
 from __future__ import annotations
 
 import json
+import json.scanner
 import logging
+import re
+from collections.abc import Callable
 from typing import Any
 
 from proxy.compare.sse import DONE, SSEDecoder
@@ -19,7 +22,15 @@ from proxy.compare.types import Capture, Role
 
 logger = logging.getLogger(__name__)
 
+# The C scanner behind json.loads, minus its two whitespace regex passes per call.
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]
+)
 _loads = json.loads
+# return_token_ids also echoes the prompt's ids (first chunk / body): cut before parsing.
+_PROMPT_IDS = re.compile(r'"prompt_token_ids"\s*:\s*\[[^\]]*\]')
+_PROMPT_IDS_BYTES = re.compile(rb'"prompt_token_ids"\s*:\s*\[[^\]]*\]')
+_LONG_EVENT_CHARS = 4096
 _CHAT_OUTPUT_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls")
 
 
@@ -28,6 +39,8 @@ class CaptureBuilder:
 
     __slots__ = (
         "_body",
+        "_char_ends",
+        "_chars",
         "_decoder",
         "_done",
         "_error",
@@ -44,17 +57,23 @@ class CaptureBuilder:
         "backend",
         "events",
         "role",
+        "stream",
         "t_start",
     )
 
-    def __init__(self, role: Role, backend: str, t_start: float) -> None:
+    def __init__(
+        self, role: Role, backend: str, t_start: float, *, stream: bool = False
+    ) -> None:
         self.role: Role = role
+        self.stream = stream  # a stream was requested: an empty body is then an error too
         self.backend = backend
         self.t_start = t_start
         self._decoder: SSEDecoder | None = None
         self._body: list[bytes] = []
         self._pieces: list[str] = []
         self._token_ids: list[int] = []
+        self._char_ends: list[int] = []
+        self._chars = 0
         self._logprobs: list[Any] = []
         self._finish_reason: str | None = None
         self._usage_tokens: int | None = None
@@ -101,10 +120,17 @@ class CaptureBuilder:
             for event in self._decoder.flush():
                 self._on_data(event.data, self._t_recv)
         elif self._body and self._error is None and status is not None and status < 400:
-            self._on_full_body(b"".join(self._body), t)
+            body = b"".join(self._body)
+            if len(body) > _LONG_EVENT_CHARS:
+                body = _PROMPT_IDS_BYTES.sub(b'"prompt_token_ids":null', body)
+            self._on_full_body(body, t)
         err = error or self._error
         if err is None and status is not None and status >= 400:
             err = "http_5xx" if status >= 500 else "http_4xx"
+        if err is None and not cancelled and status is not None and not self._done \
+                and (self._decoder is not None or self.stream):
+            # vLLM ends every stream with [DONE]; without it the stream was cut or not SSE.
+            err = "truncated" if self.events else "invalid_sse"
         top, sampled = _flatten_logprobs(self._logprobs, self._is_chat)
         ids = tuple(self._token_ids) if self._token_ids else None
         output_tokens = self._usage_tokens
@@ -125,6 +151,7 @@ class CaptureBuilder:
             token_ids=ids,
             top_logprobs=top,
             sampled_tokens=sampled,
+            token_char_ends=tuple(self._char_ends) if ids is not None and self._decoder else None,
             error=err,
             cancelled=cancelled,
         )
@@ -135,9 +162,16 @@ class CaptureBuilder:
         if data == DONE:
             self._done = True
             return
+        if len(data) > _LONG_EVENT_CHARS:
+            data = _PROMPT_IDS.sub('"prompt_token_ids":null', data, count=1)
         try:
-            obj = _loads(data)
-        except ValueError:
+            if data[:1] == "{":
+                obj, end = _scan_json(data, 0)
+                if end != len(data) and data[end:].strip():
+                    raise ValueError("trailing data")
+            else:
+                obj = _loads(data)
+        except (ValueError, StopIteration):
             self._error = "invalid_sse"
             return
         if type(obj) is not dict:
@@ -157,7 +191,7 @@ class CaptureBuilder:
             logger.debug("%s sent a mid-stream error event", self.backend)
             return
         usage = obj.get("usage")
-        if usage:
+        if usage and type(usage) is dict:
             tokens = usage.get("completion_tokens")
             if type(tokens) is int:
                 self._usage_tokens = tokens
@@ -175,21 +209,27 @@ class CaptureBuilder:
                 else:
                     piece = choice.get("text")
                     has_output = bool(piece)
+                if piece and type(piece) is not str:
+                    raise TypeError("content is not a string")
                 ids = choice.get("token_ids")
                 if ids:
+                    if type(ids) is not list or not all(type(i) is int for i in ids):
+                        raise TypeError("token_ids is not a list of ints")
                     has_output = True
                 carries = carries or has_output
                 if choice.get("index", 0) != 0:
                     continue
                 if piece:
                     self._pieces.append(piece)
+                    self._chars += len(piece)
                 if ids:
                     self._token_ids.extend(ids)
+                    self._char_ends.extend([self._chars] * len(ids))
                 logprobs = choice.get("logprobs")
                 if logprobs:
                     self._logprobs.append(logprobs)
                 reason = choice.get("finish_reason")
-                if reason is not None:
+                if type(reason) is str:
                     self._finish_reason = reason
         except (AttributeError, TypeError):
             self._error = "invalid_sse"
@@ -203,8 +243,11 @@ class CaptureBuilder:
         except (ValueError, KeyError, IndexError, TypeError):
             self._error = "invalid_json"
             return
-        message = choice.get("message") if isinstance(choice, dict) else None
-        if message is not None:
+        if not isinstance(choice, dict):
+            self._error = "invalid_json"
+            return
+        message = choice.get("message")
+        if isinstance(message, dict):
             self._is_chat = True
             as_delta = {**choice, "delta": message}
             del as_delta["message"]
@@ -228,11 +271,16 @@ def _flatten_logprobs(
         for part in parts:
             if is_chat:
                 for pos in part.get("content") or ():
-                    sampled.append(pos.get("token", ""))
-                    top.append({e["token"]: e["logprob"] for e in pos.get("top_logprobs") or ()})
+                    sampled.append(_str(pos.get("token")))
+                    top.append({_str(e["token"]): e["logprob"] for e in pos.get("top_logprobs") or ()})
             else:
-                sampled.extend(part.get("tokens") or ())
-                top.extend(dict(d) if d else {} for d in part.get("top_logprobs") or ())
+                sampled.extend(_str(tok) for tok in part.get("tokens") or ())
+                top.extend({_str(k): v for k, v in d.items()} if d else {}
+                           for d in part.get("top_logprobs") or ())
     except (AttributeError, TypeError, KeyError):
         return None, None
     return tuple(top), tuple(sampled)
+
+
+def _str(value: Any) -> str:
+    return value if type(value) is str else ""

@@ -11,6 +11,7 @@ Sampled requests are only comparable as distributions and get `not_comparable`.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,14 +33,18 @@ def compare(primary: Capture, other: Capture, meta: RequestMeta, against: Role) 
             _length_delta(primary, other, None), finish_match, None,
             "sampled request: compared as distributions only",
         )
-    seq_p, seq_o, basis = _sequences(primary, other, against)
+    seq_p, seq_o, basis, note = _sequences(primary, other, against)
     divergence = first_divergence(seq_p, seq_o)
     exact = divergence is None
     distance = 0 if exact else Levenshtein.distance(seq_p, seq_o)
-    close = True if exact else close_match(primary, other, divergence)
-    reasons = [] if basis == "token ids" else [f"compared {basis}"]
+    reasons = [note] if note else []
+    unit = "token"
+    if basis == "text" and divergence is not None:
+        divergence, unit = _char_to_token(primary, other, divergence, against)
+    close: bool | None = True
     if not exact:
-        unit = "character" if basis.startswith("text") else "token"
+        close = close_match(primary, other, divergence) if unit == "token" else None
+    if not exact:
         reasons.append(f"first divergence at {unit} {divergence}")
         if close is not None:
             reasons.append("close by vLLM's top-k rule" if close else "not within top-k")
@@ -51,10 +56,11 @@ def compare(primary: Capture, other: Capture, meta: RequestMeta, against: Role) 
         exact_match=exact,
         first_divergence=divergence,
         edit_distance=distance,
-        length_delta=_length_delta(primary, other, (seq_p, seq_o) if basis != "text" else None),
+        length_delta=_length_delta(primary, other, None if basis == "text" else (seq_p, seq_o)),
         finish_reason_match=finish_match,
         close_match=close,
         reason="; ".join(reasons),
+        basis=basis,
     )
 
 
@@ -108,15 +114,32 @@ def _failed(capture: Capture) -> str | None:
 
 def _sequences(
     primary: Capture, other: Capture, against: Role
-) -> tuple[Sequence[Any], Sequence[Any], str]:
+) -> tuple[Sequence[Any], Sequence[Any], str, str]:
+    """(primary sequence, other sequence, basis, note for the reason)."""
     if primary.token_ids is not None and other.token_ids is not None:
-        return primary.token_ids, other.token_ids, "token ids"
+        return primary.token_ids, other.token_ids, "token_ids", ""
     if primary.sampled_tokens is not None and other.sampled_tokens is not None:
-        return primary.sampled_tokens, other.sampled_tokens, "logprob token strings"
+        return primary.sampled_tokens, other.sampled_tokens, "logprob_tokens", (
+            "compared logprob token strings (token ids missing)")
     missing = " and ".join(
         side for side, cap in (("primary", primary), (against, other)) if cap.token_ids is None
     )
-    return primary.text, other.text, f"text (token ids missing on {missing})"
+    return primary.text, other.text, "text", (
+        f"compared text (token ids missing on {missing}; edit distance in characters)")
+
+
+def _char_to_token(
+    primary: Capture, other: Capture, char_index: int, against: Role
+) -> tuple[int, str]:
+    """Map a text divergence to a token index through a side's per-token text offsets.
+
+    Text before `char_index` is identical on both sides, so the tokens that ended
+    there are the matching prefix on either side.
+    """
+    for side, cap in (("primary", primary), (against, other)):
+        if cap.token_char_ends is not None and cap.token_ids is not None:
+            return bisect_right(cap.token_char_ends, char_index), f"token (via {side}'s offsets)"
+    return char_index, "character"
 
 
 def _length_delta(

@@ -80,7 +80,8 @@ def request_meta(body: bytes | dict[str, Any], endpoint: Endpoint) -> RequestMet
         deterministic=is_deterministic(req),
         prompt_sha256=prompt_sha256(req),
         prompt_chars=_prompt_chars(req, endpoint),
-        max_tokens=_int_or_none(req.get("max_completion_tokens", req.get("max_tokens"))),
+        max_tokens=_int_or_none(req.get("max_completion_tokens"))
+        or _int_or_none(req.get("max_tokens")),
         n=n if type(n) is int and n > 0 else 1,
         logprobs_k=_logprobs_k(req, endpoint),
     )

@@ -9,14 +9,13 @@ CRLF, LF and CR are all accepted, including a CRLF split between two chunks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 DONE = "[DONE]"
 
 
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
-    """One dispatched event: `data` is the data lines joined with "\\n"."""
+class SSEEvent(NamedTuple):
+    """One dispatched event: `data` is the data lines joined with "\\n" (a tuple: cheap)."""
 
     data: str
     event: str = "message"
@@ -26,10 +25,14 @@ class SSEEvent:
 class SSEDecoder:
     """Stateful decoder: feed it chunks, get completed events back."""
 
-    __slots__ = ("_data", "_event", "_id", "_partial", "_skip_lf", "comments", "max_line_bytes")
+    __slots__ = (
+        "_data", "_event", "_id", "_partial", "_partial_len", "_skip_lf", "comments",
+        "max_line_bytes",
+    )
 
-    def __init__(self, max_line_bytes: int = 16 * 1024 * 1024) -> None:
-        self._partial = b""
+    def __init__(self, max_line_bytes: int = 4 * 1024 * 1024) -> None:
+        self._partial: list[bytes] = []  # pieces of the unterminated last line, joined once
+        self._partial_len = 0
         self._skip_lf = False
         self._data: list[bytes] = []
         self._event: str | None = None
@@ -48,14 +51,27 @@ class SSEDecoder:
             self._skip_lf = False
             if chunk[0] == 0x0A:
                 chunk = chunk[1:]
-        buf = self._partial + chunk if self._partial else chunk
+        if b"\n" not in chunk and b"\r" not in chunk:
+            # Middle of a long line (e.g. prompt_token_ids of a long prompt): no rescans.
+            self._partial.append(chunk)
+            self._partial_len += len(chunk)
+            if self._partial_len > self.max_line_bytes:
+                raise ValueError(f"SSE line longer than {self.max_line_bytes} bytes")
+            return []
+        if self._partial:
+            self._partial.append(chunk)
+            buf = b"".join(self._partial)
+        else:
+            buf = chunk
         if b"\r" in buf:
             # A trailing CR ends its line now; an LF opening the next chunk belongs to it.
             self._skip_lf = buf[-1] == 0x0D
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
-        self._partial = lines.pop()
-        if len(self._partial) > self.max_line_bytes:
+        last = lines.pop()
+        self._partial = [last] if last else []
+        self._partial_len = len(last)
+        if self._partial_len > self.max_line_bytes:
             raise ValueError(f"SSE line longer than {self.max_line_bytes} bytes")
         events: list[SSEEvent] = []
         data = self._data
@@ -86,7 +102,7 @@ class SSEDecoder:
     @property
     def pending_bytes(self) -> int:
         """Bytes buffered that did not yet form a complete line or event."""
-        return len(self._partial) + sum(len(d) for d in self._data)
+        return self._partial_len + sum(len(d) for d in self._data)
 
     def _field(self, line: bytes) -> None:
         name, sep, value = line.partition(b":")

@@ -65,12 +65,14 @@ def tpot_s(capture: Capture) -> float | None:
 
 @dataclass(frozen=True)
 class LatencySamples:
-    """Latency samples of one role: per-request TTFT, TPOT, E2E and all inter-token gaps."""
+    """Samples of one role: per-request TTFT, TPOT, E2E, all inter-token gaps, and output
+    lengths (the distribution sampled requests are compared by)."""
 
     ttft_s: tuple[float, ...] = ()
     itl_s: tuple[float, ...] = ()
     tpot_s: tuple[float, ...] = ()
     e2e_s: tuple[float, ...] = ()
+    output_tokens: tuple[int, ...] = ()
 
     @classmethod
     def from_captures(cls, captures: Iterable[Capture]) -> LatencySamples:
@@ -79,6 +81,7 @@ class LatencySamples:
         itl: list[float] = []
         tpot: list[float] = []
         e2e: list[float] = []
+        lengths: list[int] = []
         for cap in captures:
             if cap.error is not None or cap.cancelled or cap.status is None or cap.status >= 400:
                 continue
@@ -87,10 +90,12 @@ class LatencySamples:
             if cap.e2e_s is not None:
                 e2e.append(cap.e2e_s)
             itl.extend(cap.itl_s)
+            if cap.output_tokens is not None:
+                lengths.append(cap.output_tokens)
             per_token = tpot_s(cap)
             if per_token is not None:
                 tpot.append(per_token)
-        return cls(tuple(ttft), tuple(itl), tuple(tpot), tuple(e2e))
+        return cls(tuple(ttft), tuple(itl), tuple(tpot), tuple(e2e), tuple(lengths))
 
     def metric(self, name: str) -> tuple[float, ...]:
         """Sample by metric name: one of METRICS."""

@@ -45,6 +45,7 @@ class Capture:
     token_ids: tuple[int, ...] | None  # generated ids of choice 0 when known
     top_logprobs: tuple[dict[str, float], ...] | None = None  # per position, token -> logprob
     sampled_tokens: tuple[str, ...] | None = None  # token string per position (from logprobs)
+    token_char_ends: tuple[int, ...] | None = None  # per token id: len(text) once it arrived
     error: str | None = None  # "timeout", "connect", "reset", "invalid_sse", "http_5xx", ...
     cancelled: bool = False  # client went away, request aborted
 
@@ -62,6 +63,7 @@ class Comparison:
     finish_reason_match: bool | None
     close_match: bool | None  # vLLM rule: each token at first divergence in the other's top-k
     reason: str = ""  # why not comparable / what differed
+    basis: str = "token_ids"  # what was compared: "token_ids", "logprob_tokens" or "text"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from proxy.mirror.app import (
     metrics_handler,
 )
 from proxy.mirror.config import ConfigError, RouteConfig
-from proxy.mirror.verdict import evaluate_gate
+from proxy.mirror.verdict import current_verdict
 from proxy.store import SqliteStore
 
 log = logging.getLogger(__name__)
@@ -100,10 +100,9 @@ async def post_swap(request: web.Request) -> web.Response:
 
 
 async def get_gate(request: web.Request) -> web.Response:
+    """200 only on pass (409 otherwise), so Flagger/Argo webhooks can gate on it."""
     main = _main(request)
-    aggregates = await main[STORE_KEY].call(SqliteStore.aggregates)
-    result = evaluate_gate(aggregates, main[CONFIG_KEY])
-    main[METRICS_KEY].set_verdict(result["verdict"])
+    result = await current_verdict(main[STORE_KEY], main[CONFIG_KEY].gate, main[METRICS_KEY])
     return _json(result, 200 if result["verdict"] == "pass" else 409)
 
 

@@ -8,19 +8,21 @@ then the connection pools, then the store.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from proxy.compare.request import endpoint_for_path, prepare
+from proxy.compare.request import endpoint_for_path
 from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
 from proxy.mirror.config import ProxyConfig
 from proxy.mirror.exchange import Mirror
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
 from proxy.mirror.routing import Router, make_session_factory
 from proxy.mirror.tasks import BackgroundTasks
+from proxy.mirror.verdict import refresh_verdict_forever
 from proxy.store import RecordStore, SqliteStore
 
 log = logging.getLogger(__name__)
@@ -51,11 +53,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if endpoint is not None:
         mirror = app[MIRROR_KEY]
         if mirror.wants(routes, request.headers):
-            prepared = prepare(body, endpoint)
-            if prepared is None:
-                metrics.shadow_dropped.labels("malformed_json").inc()
-            else:
-                exchange = mirror.start(routes, request.raw_path, headers, prepared)
+            exchange = mirror.start(routes, request, headers, body, endpoint)
     result = RelayResult()
     try:
         return await relay(request, primary, body, headers, result,
@@ -116,5 +114,10 @@ async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
     tasks = BackgroundTasks()
     app[TASKS_KEY] = tasks
     app[MIRROR_KEY] = Mirror(config.mirror, tasks, app[METRICS_KEY], app[STORE_KEY])
+    refresher = asyncio.get_running_loop().create_task(refresh_verdict_forever(
+        app[STORE_KEY], config.gate, app[METRICS_KEY], config.gate_refresh_s),
+        name="verdict-refresh")
     yield
+    refresher.cancel()
+    await asyncio.gather(refresher, return_exceptions=True)
     await tasks.drain(config.drain_timeout_s)

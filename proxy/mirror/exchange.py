@@ -13,19 +13,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import json
 import logging
 import os
 import time
 from collections.abc import Mapping
 from time import perf_counter
+from typing import Literal
 
 import aiohttp
+from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.compare.capture import CaptureBuilder
 from proxy.compare.diff import compare
-from proxy.compare.request import PreparedRequest
-from proxy.compare.types import Capture, ExchangeRecord, Role
+from proxy.compare.request import prepare
+from proxy.compare.types import Capture, Endpoint, ExchangeRecord, RequestMeta, Role
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.config import MirrorConfig
 from proxy.mirror.relay import ChunkTap, RelayResult
@@ -36,7 +39,22 @@ from proxy.store import RecordStore
 
 log = logging.getLogger(__name__)
 
-TokenSource = str  # "client" | "tokenize" | "backend" | "none"
+TokenSource = Literal["client", "tokenize", "none"]
+
+
+def _with_ids(capture: Capture, ids: tuple[int, ...]) -> Capture:
+    """`capture` with re-tokenized ids; the engine's per-token offsets no longer fit them."""
+    tokens = capture.output_tokens if capture.output_tokens is not None else len(ids)
+    return dataclasses.replace(capture, token_ids=ids, token_char_ends=None,
+                               output_tokens=tokens)
+
+
+def unstreamed(body: bytes) -> bytes:
+    """The same request without streaming (the body is a JSON object: prepare() said so)."""
+    request = json.loads(body)
+    request["stream"] = False
+    request.pop("stream_options", None)
+    return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class Mirror:
@@ -58,35 +76,39 @@ class Mirror:
         """Cheap pre-check before the body is parsed: a shadow exists and the sampler says yes."""
         return routes.shadow is not None and self.sampler.sample(headers)
 
-    def start(self, routes: Routes, path: str, headers: CIMultiDict[str],
-              prepared: PreparedRequest) -> Exchange | None:
-        """Begin mirroring `prepared` unless over the in-flight cap (then count the drop)."""
+    def start(self, routes: Routes, request: web.Request, headers: CIMultiDict[str],
+              body: bytes, endpoint: Endpoint) -> Exchange | None:
+        """Begin mirroring unless over the in-flight cap (then count the drop).
+
+        Only cheap bookkeeping happens here; parsing the body and sending the mirrored
+        requests run in a task, after the primary request has gone out.
+        """
         if self.inflight >= self.config.max_shadow_inflight or self.tasks.closing:
             self.metrics.shadow_dropped.labels("inflight_cap").inc()
             return None
-        exchange = Exchange(self, routes, f"{self._id_prefix}-{next(self._ids)}", prepared)
-        exchange.launch(path, headers)
+        exchange = Exchange(self, routes, f"{self._id_prefix}-{next(self._ids)}")
+        exchange.launch(request.raw_path, headers, body, endpoint)
         return exchange
 
 
 class Exchange:
     """The captures of one mirrored request, finished off the client path."""
 
-    def __init__(self, mirror: Mirror, routes: Routes, request_id: str,
-                 prepared: PreparedRequest) -> None:
+    def __init__(self, mirror: Mirror, routes: Routes, request_id: str) -> None:
         self.mirror = mirror
         self.routes = routes
         self.request_id = request_id
-        self.meta = prepared.meta
-        self.shadow_body = prepared.shadow_body
+        self.meta: RequestMeta | None = None  # set once the body is parsed (off-path)
         self.started_unix = time.time()
         self.primary_label = mirror.metrics.backend_label(routes.primary.url)
         self.builder = CaptureBuilder("primary", self.primary_label, perf_counter())
-        self.others: list[tuple[Role, Upstream, asyncio.Task[Capture]]] = []
+        self.others: list[tuple[Role, asyncio.Task[Capture]]] = []
         self.auth: CIMultiDict[str] = CIMultiDict()
         self._held: list[Upstream] = [routes.primary.acquire()]
+        self._starter: asyncio.Task[None] | None = None
 
-    def launch(self, path: str, headers: CIMultiDict[str]) -> None:
+    def launch(self, path: str, headers: CIMultiDict[str], body: bytes,
+               endpoint: Endpoint) -> None:
         mirror = self.mirror
         mirror.inflight += 1
         mirror.metrics.shadow_inflight.inc()
@@ -94,18 +116,35 @@ class Exchange:
         if auth is not None:
             self.auth["Authorization"] = auth
         self.auth["Content-Type"] = "application/json"
+        for upstream in (self.routes.shadow, self.routes.baseline):
+            if upstream is not None:
+                self._held.append(upstream.acquire())
+        self._starter = mirror.tasks.spawn(self._start(path, headers, body, endpoint),
+                                           f"mirror-{self.request_id}")
+
+    async def _start(self, path: str, headers: CIMultiDict[str], body: bytes,
+                     endpoint: Endpoint) -> None:
+        """Parse the body and send the mirrored requests (no await: runs whole or never)."""
+        mirror = self.mirror
+        prepared = prepare(body, endpoint)
+        if prepared is None:
+            mirror.metrics.shadow_dropped.labels("malformed_json").inc()
+            return
+        self.meta = prepared.meta
         sides: tuple[tuple[Role, Upstream | None], ...] = (
             ("shadow", self.routes.shadow), ("baseline", self.routes.baseline))
         for role, upstream in sides:
             if upstream is None:
                 continue
-            self._held.append(upstream.acquire())
             label = mirror.metrics.backend_label(upstream.url)
-            coro = fetch_capture(upstream, role, label, path, headers, self.shadow_body,
+            body = prepared.shadow_body
+            if role == "baseline" and self.meta.stream and not mirror.config.baseline_stream:
+                body = unstreamed(body)
+            coro = fetch_capture(upstream, role, label, path, headers, body,
                                  mirror.config.shadow_timeout_s)
             task = mirror.tasks.spawn(coro, f"{role}-{self.request_id}")
             if task is not None:
-                self.others.append((role, upstream, task))
+                self.others.append((role, task))
                 mirror.metrics.mirrored.labels(role).inc()
 
     def tap_for(self, response: aiohttp.ClientResponse) -> ChunkTap:
@@ -121,7 +160,9 @@ class Exchange:
         primary = self.builder.finish(result.status, t_end, error=error,
                                       cancelled=result.cancelled)
         if result.cancelled:
-            for _, _, task in self.others:
+            if self._starter is not None:
+                self._starter.cancel()
+            for _, task in self.others:
                 task.cancel()
         if self.mirror.tasks.spawn(self.finalize(primary), f"finalize-{self.request_id}") is None:
             self._release()
@@ -135,9 +176,13 @@ class Exchange:
 
     async def finalize(self, primary: Capture) -> None:
         try:
-            others = [(role, await task) for role, _, task in self.others]
+            if self._starter is not None:
+                await asyncio.wait([self._starter])
+            if self.meta is None:  # malformed body, or the client left before the start
+                return
+            others = [(role, await task) for role, task in self.others]
             source, primary, others = await self._token_ids(primary, others)
-            self._record(primary, others, source)
+            self._record(self.meta, primary, others, source)
         finally:
             self._release()
 
@@ -148,19 +193,16 @@ class Exchange:
         if primary.token_ids is not None:
             return "client", primary, others
         usable = [c for _, c in others if c.error is None and not c.cancelled]
-        if (not self.meta.deterministic or primary.error is not None or primary.cancelled
-                or not usable):
+        primary_ok = primary.error is None and not primary.cancelled
+        if self.meta is None or not self.meta.deterministic or not primary_ok or not usable:
             return "none", primary, others
         texts = {primary.text} | {c.text for c in usable}
         ids = await self._tokenize_all(texts)
         if ids is None:
             return "none", primary, others
-        primary = dataclasses.replace(primary, token_ids=ids[primary.text])
-        others = [
-            (role, dataclasses.replace(c, token_ids=ids[c.text])
-             if c.error is None and not c.cancelled else c)
-            for role, c in others
-        ]
+        primary = _with_ids(primary, ids[primary.text])
+        others = [(role, _with_ids(c, ids[c.text]) if c.error is None and not c.cancelled else c)
+                  for role, c in others]
         return "tokenize", primary, others
 
     async def _tokenize_all(self, texts: set[str]) -> dict[str, tuple[int, ...]] | None:
@@ -176,10 +218,9 @@ class Exchange:
                 out[text] = ids
         return out
 
-    def _record(self, primary: Capture, others: list[tuple[Role, Capture]],
+    def _record(self, meta: RequestMeta, primary: Capture, others: list[tuple[Role, Capture]],
                 source: TokenSource) -> None:
         metrics = self.mirror.metrics
-        meta = self.meta
         comparisons = tuple(compare(primary, other, meta, role) for role, other in others)
         endpoint = meta.endpoint
         metrics.observe_capture(primary, endpoint, count_request=False)
@@ -192,7 +233,8 @@ class Exchange:
         record = ExchangeRecord(
             request_id=self.request_id, started_unix=self.started_unix, meta=meta,
             captures=(primary, *(c for _, c in others)), comparisons=comparisons,
-            extra={"token_ids_source": source, "route_version": self.routes.version},
+            extra={"token_ids_source": source, "route_version": self.routes.version,
+                   "baseline_streamed": meta.stream and self.mirror.config.baseline_stream},
         )
         if self.mirror.store is not None:
             self.mirror.store.put(record)

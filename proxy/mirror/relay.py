@@ -30,8 +30,9 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
     "trailer", "trailers", "transfer-encoding", "upgrade", "proxy-connection",
 })
-# Set by aiohttp from the body (Content-Length) or for the upstream (Host).
-_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
+# Set by aiohttp from the body (Content-Length) or for the upstream (Host); the body is
+# already read, so an Expect: 100-continue would only cost the upstream a round trip.
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
 ChunkTap = Callable[[bytes, float], None]
 TapFactory = Callable[[aiohttp.ClientResponse], ChunkTap]
 
@@ -115,7 +116,8 @@ async def relay(
     except (aiohttp.ClientError, OSError) as exc:
         result.error = "connect"
         result.t_end = perf_counter()
-        log.warning("primary %s unreachable: %s", upstream.url, exc)
+        if upstream.should_warn():
+            log.warning("primary %s unreachable: %s", upstream.url, exc)
         return proxy_error(502, f"primary {upstream.url} unreachable: {type(exc).__name__}")
 
     result.status = upstream_resp.status
@@ -149,7 +151,9 @@ async def relay(
             # The primary broke mid-answer: end the client's connection the same way
             # (no clean end of body), as if it had talked to the primary directly.
             result.error = "reset"
-            log.warning("primary %s failed mid-response: %s", upstream.url, type(exc).__name__)
+            if upstream.should_warn():
+                log.warning("primary %s failed mid-response: %s", upstream.url,
+                            type(exc).__name__)
             transport.close()
     finally:
         upstream_resp.release()

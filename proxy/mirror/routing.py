@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -28,7 +29,7 @@ SessionFactory = Callable[[Lane, str], aiohttp.ClientSession]
 class Upstream:
     """One backend URL in one lane: its ClientSession and a count of the requests using it."""
 
-    __slots__ = ("_router", "active", "lane", "session", "url", "users")
+    __slots__ = ("_router", "active", "lane", "last_warning", "session", "url", "users")
 
     def __init__(self, url: str, lane: Lane, session: aiohttp.ClientSession,
                  router: Router) -> None:
@@ -37,11 +38,20 @@ class Upstream:
         self.session = session
         self.users = 0
         self.active = True  # part of the current routes
+        self.last_warning = 0.0  # monotonic time of the last failure logged (no log floods)
         self._router = router
 
     def acquire(self) -> Upstream:
         self.users += 1
         return self
+
+    def should_warn(self, every_s: float = 5.0) -> bool:
+        """True at most once per `every_s`: an outage logs a line, not one per request."""
+        now = time.monotonic()
+        if now - self.last_warning < every_s:
+            return False
+        self.last_warning = now
+        return True
 
     def release(self) -> None:
         self.users -= 1

@@ -1,17 +1,52 @@
-"""The gate verdict served on /admin/gate, computed from the store's aggregates."""
+"""The gate verdict: store aggregates -> `proxy.compare.gate.evaluate`, off the event loop.
+
+Evaluation runs on the store's thread (aggregating rows and ranking latency
+samples take milliseconds to a second on a full store); the admin endpoint
+calls it on demand and a background loop refreshes the verdict gauge.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
-from proxy.mirror.config import ProxyConfig
-from proxy.store import StoreAggregates
+from proxy.compare.gate import GateCriteria, evaluate
+from proxy.metrics import ProxyMetrics
+from proxy.store import RecordStore, SqliteStore
+
+log = logging.getLogger(__name__)
 
 
-def evaluate_gate(aggregates: StoreAggregates, config: ProxyConfig) -> dict[str, Any]:
-    """{"verdict", "reasons", "samples", ...} for the current evidence."""
-    return {
-        "verdict": "inconclusive",
-        "reasons": ["gate criteria not wired yet"],
-        "samples": aggregates.shadow.compared,
-    }
+def _evaluate(store: SqliteStore, criteria: GateCriteria) -> dict[str, Any]:
+    aggregates = store.aggregates()
+    result = evaluate(aggregates.gate_inputs(), criteria).to_dict()
+    result["baseline"] = (
+        {"compared": aggregates.baseline.compared, "diverged": aggregates.baseline.diverged}
+        if aggregates.baseline is not None else None)
+    result["compared"] = aggregates.shadow.compared
+    result["diverged"] = aggregates.shadow.diverged
+    return result
+
+
+async def current_verdict(store: RecordStore, criteria: GateCriteria,
+                          metrics: ProxyMetrics) -> dict[str, Any]:
+    """{"verdict", "reasons", "samples", "details", "compared", "diverged", "baseline"}."""
+    result = await store.call(_evaluate, criteria)
+    metrics.set_verdict(result["verdict"])
+    return result
+
+
+async def refresh_verdict_forever(store: RecordStore, criteria: GateCriteria,
+                                  metrics: ProxyMetrics, every_s: float) -> None:
+    """Keep the verdict gauge current (only when new records arrived); cancelled at shutdown."""
+    seen = -1
+    while True:
+        await asyncio.sleep(every_s)
+        if store.written == seen:
+            continue
+        seen = store.written
+        try:
+            await current_verdict(store, criteria, metrics)
+        except Exception:  # the gauge may go stale, the proxy must not stop
+            log.exception("could not evaluate the gate")

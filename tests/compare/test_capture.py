@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 
 import pytest
@@ -30,6 +31,7 @@ def test_chat_stream_timing_excludes_role_finish_and_usage_chunks(
     assert cap.e2e_s == pytest.approx(stamps[-1] + 0.01 - 10.0)
     assert cap.text == "Héllo 日本語 🙂!"
     assert cap.token_ids == (100, 101, 102, 103, 104, 105)
+    assert cap.token_char_ends == (2, 5, 8, 10, 11, 12)
     assert cap.output_tokens == 6
     assert cap.finish_reason == "stop"
     assert cap.error is None and cap.status == 200 and cap.role == "shadow"
@@ -82,7 +84,8 @@ def test_mid_stream_error_event_ends_capture_with_error(chat_stream: Callable[..
     assert cap.text == "a" and cap.token_ids == (1,)
 
 
-@pytest.mark.parametrize("payload", [b"data: {not json\n\n", b"data: [1, 2]\n\n",
+@pytest.mark.parametrize("payload", [b"data: {not json\n\n", b"data: [1, 2]\n\n", b"data: {} x\n\n",
+                                     b"data: \n\n", b'data: {"a": 1\n\n',
                                      b'data: {"choices": 5}\n\n', b'data: {"choices": [3]}\n\n'])
 def test_invalid_sse_or_json_becomes_error_without_raising(payload: bytes) -> None:
     builder = CaptureBuilder("shadow", "new", 0.0)
@@ -122,6 +125,7 @@ def test_non_stream_chat_body() -> None:
     assert cap.ttft_s == pytest.approx(0.5) and cap.e2e_s == pytest.approx(0.5)
     assert (cap.text, cap.token_ids, cap.output_tokens) == ("hi 👋", (4, 5, 6), 3)
     assert cap.sampled_tokens == ("hi",) and cap.top_logprobs == ({},)
+    assert cap.token_char_ends is None  # one body: no per-token arrival offsets
     assert cap.itl_s == ()
 
 
@@ -148,3 +152,98 @@ def test_http_errors_transport_errors_and_cancel() -> None:
     builder = CaptureBuilder("shadow", "new", 0.0)
     builder.on_body(b"<html>oops", 0.1)
     assert builder.finish(200, 0.2).error == "invalid_json"
+
+
+def test_json_with_surrounding_whitespace_is_accepted() -> None:
+    builder = CaptureBuilder("shadow", "new", 0.0)
+    builder.on_chunk(b'data:   {"choices": [{"index": 0, "text": "a"}]}  \n\n', 0.5)
+    builder.on_chunk(b'data: {"choices": [{"index": 0, "text": "b"}]}\t\n\ndata: [DONE]\n\n', 0.6)
+    cap = builder.finish(200, 1.0)
+    assert cap.error is None and cap.text == "ab"
+
+
+def test_long_prompt_token_ids_are_cut_before_parsing_and_in_small_chunks() -> None:
+    prompt_ids = ",".join(str(100000 + i) for i in range(50000))
+    first = ('data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}],'
+             f'"prompt_token_ids":[{prompt_ids}]}}\n\n').encode()
+    rest = (b'data: {"choices":[{"index":0,"delta":{"content":"ok"},"token_ids":[9]}]}\n\n'
+            b"data: [DONE]\n\n")
+    builder = CaptureBuilder("shadow", "new", 0.0)
+    raw = first + rest
+    for cut in range(0, len(raw), 1000):
+        builder.on_chunk(raw[cut:cut + 1000], 0.5)
+    cap = builder.finish(200, 1.0)
+    assert cap.error is None and cap.text == "ok" and cap.token_ids == (9,)
+    body = ('{"choices":[{"index":0,"text":"x","token_ids":[1],"prompt_token_ids":'
+            f'[{prompt_ids}]}}]}}').encode()
+    builder = CaptureBuilder("shadow", "new", 0.0)
+    builder.on_body(body, 0.5)
+    assert builder.finish(200, 1.0).token_ids == (1,)
+
+
+def test_long_events_skip_parsing_prompt_token_ids() -> None:
+    # Proof the echoed prompt ids are cut rather than parsed: garbage in them goes unnoticed.
+    filler = ",".join(["7"] * 3000)
+    event = ('data: {"choices":[{"index":0,"text":"a","token_ids":[5]}],'
+             f'"prompt_token_ids":[{filler},not-json]}}\n\ndata: [DONE]\n\n').encode()
+    builder = CaptureBuilder("shadow", "new", 0.0)
+    builder.on_chunk(event, 0.5)
+    cap = builder.finish(200, 1.0)
+    assert cap.error is None and cap.token_ids == (5,)
+
+
+@pytest.mark.parametrize(("body", "stream", "error"), [
+    (b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n', False, "truncated"),
+    (b"<html>not sse</html>\n\n", False, "invalid_sse"),
+    (b"", True, "invalid_sse"),
+    (b'data: {"choices": [{"index": 0, "text": "a"}]}\n\ndata: [DONE]\n\n', False, None),
+])
+def test_stream_without_done_is_truncated_or_invalid(body: bytes, stream: bool,
+                                                     error: str | None) -> None:
+    builder = CaptureBuilder("shadow", "new", 0.0, stream=stream)
+    if body:
+        builder.on_chunk(body, 0.5)
+    assert builder.finish(200, 1.0).error == error
+    cancelled = CaptureBuilder("shadow", "new", 0.0, stream=True).finish(200, 1.0, cancelled=True)
+    assert cancelled.error is None
+
+
+def _random_json(rng: random.Random, depth: int = 0) -> object:
+    kind = rng.randrange(8 if depth < 3 else 5)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return rng.choice([0, 1, -5, 2**40])
+    if kind == 2:
+        return rng.choice(["", "x", "é", "stop"])
+    if kind == 3:
+        return rng.random() < 0.5
+    if kind == 4:
+        return 1.5
+    if kind == 5:
+        return [_random_json(rng, depth + 1) for _ in range(rng.randrange(3))]
+    keys = ["choices", "usage", "delta", "text", "content", "token_ids", "logprobs", "index",
+            "finish_reason", "message", "top_logprobs", "tokens", "token", "logprob", "error",
+            "completion_tokens"]
+    return {rng.choice(keys): _random_json(rng, depth + 1) for _ in range(rng.randrange(4))}
+
+
+def test_random_shaped_json_never_raises_and_diff_accepts_the_result() -> None:
+    from proxy.compare.diff import compare
+    from proxy.compare.types import RequestMeta
+
+    meta = RequestMeta("chat", True, True, "0" * 64, 1, 4)
+    rng = random.Random(99)
+    reference = CaptureBuilder("primary", "old", 0.0).finish(200, 1.0)
+    for _ in range(400):
+        events = [{"choices": [_random_json(rng) for _ in range(rng.randrange(3))]}
+                  if rng.random() < 0.6 else _random_json(rng) for _ in range(rng.randrange(1, 5))]
+        raw = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+        stream = CaptureBuilder("shadow", "new", 0.0)
+        stream.on_chunk(raw, 0.5)
+        body = CaptureBuilder("shadow", "new", 0.0)
+        body.on_body(json.dumps(events[0]).encode(), 0.5)
+        for cap in (stream.finish(200, 1.0), body.finish(200, 1.0)):
+            assert isinstance(cap.text, str)
+            compare(reference, cap, meta, "shadow")
+            compare(cap, cap, meta, "shadow")

@@ -90,8 +90,9 @@ def test_missing_token_ids_fall_back_to_logprob_tokens_then_text() -> None:
     result = compare(cap(None, text="hello world"), cap((5, 6), text="hello there"), GREEDY,
                      "shadow")
     assert result.outcome == "diverged" and result.first_divergence == 6
-    assert "text (token ids missing on primary)" in result.reason
+    assert "text (token ids missing on primary;" in result.reason and result.basis == "text"
     assert "character 6" in result.reason and result.edit_distance == 5
+    assert result.close_match is None and result.length_delta is None
     same = compare(cap(None, text="ok"), cap(None, text="ok"), GREEDY, "shadow")
     assert same.outcome == "match" and "primary and shadow" in same.reason
 
@@ -125,3 +126,14 @@ def test_first_divergence_helper() -> None:
     assert first_divergence((), (1,)) == 0
     assert first_divergence((1, 2, 3), (1, 2)) == 2
     assert first_divergence("abc", "abd") == 2
+
+
+def test_text_divergence_maps_to_token_index_through_stream_offsets() -> None:
+    # shadow streamed "hel"+"lo"+" wor"+"ld": tokens end at characters 3, 5, 9, 11
+    shadow = cap((1, 2, 3, 4), text="hello world", token_char_ends=(3, 5, 9, 11), role="shadow")
+    primary = cap(None, text="hello there")
+    result = compare(primary, shadow, GREEDY, "shadow")
+    assert result.first_divergence == 2  # the third token, " wor", is where text differs
+    assert "token (via shadow's offsets) 2" in result.reason
+    assert compare(cap(None, text="hexxo"), shadow, GREEDY, "shadow").first_divergence == 0
+    assert compare(cap(None, text="hello"), shadow, GREEDY, "shadow").first_divergence == 2

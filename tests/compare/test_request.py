@@ -80,3 +80,11 @@ def test_prepare_parses_once_and_returns_both() -> None:
     ("/v1/chat/completions/", "chat"), ("/v1/models", None), ("/", None)])
 def test_endpoint_for_path(path: str, endpoint: str | None) -> None:
     assert endpoint_for_path(path) == endpoint
+
+
+@pytest.mark.parametrize(("req", "expected"), [
+    ({"max_tokens": 7}, 7), ({"max_completion_tokens": 9, "max_tokens": 7}, 9),
+    ({"max_completion_tokens": None, "max_tokens": 7}, 7), ({"max_tokens": "7"}, None), ({}, None)])
+def test_max_tokens(req: dict[str, object], expected: int | None) -> None:
+    meta = request_meta(req, "chat")
+    assert meta is not None and meta.max_tokens == expected

@@ -105,7 +105,7 @@ def test_tpot_and_samples_from_captures_skip_failures() -> None:
     ])
     assert samples.ttft_s == (0.1, 0.2) and samples.itl_s == (0.02, 0.03, 0.1)
     assert samples.tpot_s == (pytest.approx(0.025), pytest.approx(0.2))
-    assert samples.e2e_s == (0.15, 0.4)
+    assert samples.e2e_s == (0.15, 0.4) and samples.output_tokens == (3, 2)
     assert samples.summaries()["ttft"].n == 2
     with pytest.raises(ValueError, match="'nope'"):
         samples.metric("nope")

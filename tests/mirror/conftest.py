@@ -136,7 +136,7 @@ def backend(aiohttp_server: Any) -> Start:
 
 def _make_config(primary: str, shadow: str | None, baseline: str | None = None,
                 **mirror: Any) -> ProxyConfig:
-    extra = {k: mirror.pop(k) for k in ("max_body_bytes", "store") if k in mirror}
+    extra = {k: mirror.pop(k) for k in ("max_body_bytes", "store", "gate") if k in mirror}
     return ProxyConfig(routes=RouteConfig(primary, shadow, baseline), port=0,
                        mirror=MirrorConfig(**mirror), admin=AdminConfig(token=TOKEN),
                        **extra)

@@ -87,3 +87,26 @@ async def test_gate_stats_records_metrics(backend, proxy, admin, make_config, se
     assert "vllm_cutover_ttft_seconds" in families
     assert "vllm_cutover_first_divergence_tokens" in families
     assert samples[("vllm_cutover_verdict", (("verdict", data["verdict"]),))] == 1.0
+
+
+@pytest.mark.parametrize(("shadow_words", "status", "verdict"), [
+    (None, 200, "pass"), (["Nope"] * 4, 409, "fail")])
+async def test_gate_pass_and_fail(backend, proxy, admin, make_config, settle, shadow_words,
+                                  status, verdict):
+    from proxy.compare.gate import GateCriteria
+
+    criteria = GateCriteria(min_samples=8, min_match_rate=0.5, max_ttft_p50_ratio=None,
+                            max_ttft_p99_ratio=None, max_tpot_p50_ratio=None,
+                            max_tpot_p99_ratio=None)
+    primary = await backend()
+    shadow = await backend(words=shadow_words) if shadow_words else await backend()
+    client = await proxy(make_config(primary.url, shadow.url, gate=criteria))
+    api = await admin(client.app)
+    for _ in range(10):
+        await (await client.post("/v1/completions", json=GREEDY)).read()
+    await settle(client.app)
+    gate = await api.get("/admin/gate")
+    data = await gate.json()
+    assert (gate.status, data["verdict"]) == (status, verdict), data["reasons"]
+    assert data["samples"] == 10 and data["compared"] == 10
+    assert data["diverged"] == (0 if verdict == "pass" else 10)

@@ -57,3 +57,50 @@ def test_cli_rejects_bad_value_with_exit_2(capsys):
     code = main(["proxy", "--primary", "nope", "--shadow", "http://h:1"])
     assert code == 2
     assert "'nope'" in capsys.readouterr().err
+
+
+def test_cli_gate_criteria(capsys):
+    from proxy.cli import main
+
+    args = build_parser().parse_args([
+        "proxy", "--primary", "http://h:1", "--shadow", "http://h:2", "--gate-min-samples", "7",
+        "--gate-require-baseline"])
+    gate = build_config(args).gate
+    assert gate.min_samples == 7 and gate.require_baseline
+    assert main(["proxy", "--primary", "http://h:1", "--shadow", "http://h:2",
+                 "--gate-min-match-rate", "2"]) == 2
+    assert "2.0" in capsys.readouterr().err
+
+
+def test_db_directory_must_exist(tmp_path):
+    from proxy.mirror.config import StoreConfig
+
+    bad = str(tmp_path / "missing" / "r.db")
+    with pytest.raises(ConfigError, match=re.escape(repr(bad))):
+        StoreConfig(db_path=bad)
+    assert StoreConfig(db_path=str(tmp_path / "r.db")).db_path.endswith("r.db")
+
+
+def test_metrics_path_flag():
+    args = build_parser().parse_args(["proxy", "--primary", "http://h:1", "--shadow",
+                                      "http://h:2", "--metrics-path", ""])
+    assert build_config(args).main_metrics_path is None
+    with pytest.raises(ConfigError, match="/metrics"):
+        build_config(build_parser().parse_args([
+            "proxy", "--primary", "http://h:1", "--shadow", "http://h:2",
+            "--metrics-path", "/metrics"]))
+
+
+def test_port_in_use_is_a_clean_error(capsys):
+    import socket
+
+    from proxy.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["proxy", "--host", "127.0.0.1", "--port", str(port),
+                     "--primary", "http://127.0.0.1:1", "--shadow", "http://127.0.0.1:2"])
+    assert code == 1
+    assert "cannot start" in capsys.readouterr().err

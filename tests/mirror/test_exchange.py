@@ -42,8 +42,11 @@ async def test_identical_backends_match_via_tokenize(backend, proxy, make_config
     assert {c.against: c.outcome for c in record.comparisons} == {
         "shadow": "match", "baseline": "match"}
     assert record.extra["text"]["primary"]["chars"] == len("Hello world! Bye")
+    assert baseline.seen[0]["json"]["stream"] is False  # unstreamed by default: same tokens
+    assert shadow.seen[0]["json"]["stream"] is stream
     assert _capture(record, "shadow").error is None
-    if stream:
+    if stream:  # no usage chunk: the count comes from the re-tokenized ids (one per char)
+        assert _capture(record, "primary").output_tokens == len("Hello world! Bye")
         assert _capture(record, "primary").ttft_s is not None
         assert len(_capture(record, "primary").itl_s) == 3
 
@@ -131,3 +134,35 @@ async def test_sampled_request_not_token_compared(backend, proxy, make_config, s
     assert record.extra["token_ids_source"] == "none"
     aggregates = await client.app[STORE_KEY].call(SqliteStore.aggregates)
     assert aggregates.shadow.compared == 0
+
+
+async def test_baseline_streamed_on_request(backend, proxy, make_config, settle):
+    primary, shadow, baseline = await backend(), await backend(), await backend()
+    client = await proxy(make_config(primary.url, shadow.url, baseline.url,
+                                     baseline_stream=True))
+    body = {**GREEDY, "stream": True, "stream_options": {"include_usage": True}}
+    await (await client.post("/v1/completions", json=body)).read()
+    (record,) = await _records(client, settle)
+    assert baseline.seen[0]["json"]["stream"] is True
+    assert baseline.seen[0]["json"]["stream_options"] == {"include_usage": True}
+    assert record.extra["baseline_streamed"] is True
+    assert len(_capture(record, "baseline").itl_s) == 3
+
+
+async def test_shadow_speaking_no_http_at_all(backend, proxy, make_config, settle):
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1024)
+        writer.write(b"\x00\xffTHIS IS NOT HTTP\r\n\r\n" * 10)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    primary = await backend()
+    client = await proxy(make_config(primary.url, f"http://127.0.0.1:{port}"))
+    resp = await client.post("/v1/completions", json={**GREEDY, "stream": True})
+    assert resp.status == 200 and (await resp.read()).endswith(b"[DONE]\n\n")
+    (record,) = await _records(client, settle)
+    assert _capture(record, "shadow").error in ("bad_response", "reset")
+    server.close()
+    await server.wait_closed()

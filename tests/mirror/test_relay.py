@@ -29,7 +29,8 @@ async def test_non_generation_request_relayed_byte_exact(backend, proxy, make_co
     assert "X-Hop" not in seen["headers"]
 
 
-async def test_primary_metrics_path_is_proxied_and_own_metrics_elsewhere(backend, proxy, make_config, dead_url):
+async def test_primary_metrics_proxied_own_metrics_elsewhere(backend, proxy, make_config,
+                                                             dead_url):
     primary = await backend()
     client = await proxy(make_config(primary.url, dead_url()))
     resp = await client.get("/metrics")
@@ -44,7 +45,7 @@ async def test_stream_relayed_byte_exact_and_unbuffered(backend, proxy, make_con
     shadow = await backend()
     client = await proxy(make_config(primary.url, shadow.url))
     req = {"model": "m", "prompt": "hi", "stream": True, "temperature": 0}
-    resp = await client.post("/v1/completions", json=req)
+    resp = await client.post("/v1/completions", json=req, headers={"Authorization": "Bearer k"})
     assert resp.status == 200
     assert resp.headers["Content-Type"] == "text/event-stream"
     # The backend holds the rest of the stream until we saw the first chunk: unbuffered.
@@ -54,8 +55,10 @@ async def test_stream_relayed_byte_exact_and_unbuffered(backend, proxy, make_con
     direct = b"".join(primary._chunk(i, w, False, False) for i, w in enumerate(primary.words))
     assert first + rest == direct + b"data: [DONE]\n\n"
     assert json.loads(primary.seen[0]["raw"]) == req  # primary got the client's body untouched
-    assert shadow.seen[0]["json"]["return_token_ids"] is True
     await settle(client.app)
+    assert shadow.seen[0]["json"]["return_token_ids"] is True
+    assert shadow.seen[0]["headers"]["Authorization"] == "Bearer k"
+    assert primary.seen[0]["headers"]["Authorization"] == "Bearer k"
 
 
 async def test_non_stream_generation_byte_exact(backend, proxy, make_config):
@@ -112,3 +115,34 @@ async def test_slow_shadow_does_not_delay_client(backend, proxy, make_config, se
     await resp.read()
     assert perf_counter() - t0 < 0.5
     await settle(client.app)
+
+
+async def test_expect_continue_and_head(backend, proxy, make_config):
+    primary = await backend()
+    client = await proxy(make_config(primary.url, None))
+    resp = await client.post("/echo/x", data=b"y" * 2048, expect100=True)
+    assert resp.status == 207 and await resp.read() == b"echo:" + b"y" * 2048
+    assert "Expect" not in primary.seen[0]["headers"]
+    head = await client.head("/echo/h")
+    assert head.status == 207 and await head.read() == b""
+    assert head.headers["Content-Length"] == str(len(b"echo:"))
+
+
+async def test_primary_reset_mid_stream_reaches_client_as_broken_stream(backend, proxy,
+                                                                         make_config, settle):
+    import aiohttp
+    import pytest
+
+    from proxy.mirror.app import STORE_KEY
+
+    primary = await backend(mode="reset")
+    shadow = await backend()
+    client = await proxy(make_config(primary.url, shadow.url))
+    resp = await client.post("/v1/completions",
+                             json={"prompt": "x", "stream": True, "temperature": 0})
+    assert resp.status == 200
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await resp.read()  # no clean end of stream: the client sees what the primary did
+    await settle(client.app)
+    (record,) = await client.app[STORE_KEY].call(lambda s: list(s.records()))
+    assert record.captures[0].role == "primary" and record.captures[0].error == "reset"

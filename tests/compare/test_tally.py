@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from proxy.compare.tally import GateInputs, MatchCounts
+from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
+
+
+def test_match_counts_validation_and_rates() -> None:
+    counts = MatchCounts(10, 4, close=3)
+    assert (counts.matched, counts.match_rate) == (6, 0.6)
+    assert counts.counting_close_as_match() == MatchCounts(10, 1, 0)
+    assert MatchCounts().match_rate is None
+    with pytest.raises(ValueError, match="0/3/2"):
+        MatchCounts(2, 3)
+    with pytest.raises(ValueError, match="5/4/10"):
+        MatchCounts(10, 4, close=5)
+
+
+META = RequestMeta("chat", True, True, "0" * 64, 3, 8)
+
+
+def _cap(role: str, **kw: object) -> Capture:
+    base = Capture(role="primary", backend="b", status=200, ttft_s=0.1, itl_s=(0.01,),
+                   e2e_s=0.2, output_tokens=2, finish_reason="stop", text="", token_ids=(1, 2))
+    return replace(base, role=role, **kw)  # type: ignore[arg-type]
+
+
+def _cmp(against: str, outcome: str, close: bool | None = None) -> Comparison:
+    return Comparison(against, outcome, outcome == "match", None, None, None, None,  # type: ignore[arg-type]
+                      close)
+
+
+def test_inputs_from_records() -> None:
+    records = [
+        ExchangeRecord("a", 0.0, META, (_cap("primary"), _cap("shadow"), _cap("baseline")),
+                       (_cmp("shadow", "match"), _cmp("baseline", "match"))),
+        ExchangeRecord("b", 0.0, META, (_cap("primary"), _cap("shadow", error="timeout")),
+                       (_cmp("shadow", "error"),)),
+        ExchangeRecord("c", 0.0, META, (_cap("primary"), _cap("shadow", ttft_s=0.3)),
+                       (_cmp("shadow", "diverged", close=True),
+                        _cmp("baseline", "not_comparable"))),
+        ExchangeRecord("d", 0.0, META, (_cap("primary", cancelled=True),), ()),
+    ]
+    agg = GateInputs.from_records(records)
+    assert agg.new_vs_old == MatchCounts(2, 1, close=1)
+    assert agg.baseline_vs_old == MatchCounts(1, 0)
+    assert dict(agg.requests) == {"primary": 3, "shadow": 3, "baseline": 1}
+    assert dict(agg.errors) == {"primary": 0, "shadow": 1, "baseline": 0}
+    assert agg.latency["shadow"].ttft_s == (0.1, 0.3)
+    assert GateInputs.from_records(records[1:2]).baseline_vs_old is None
