@@ -1,4 +1,4 @@
-"""`vllm-cutover demo` (not built yet)."""
+"""`vllm-cutover demo`: launcher dry run, simulated old/new/baseline vLLMs, proxy, report."""
 
 from __future__ import annotations
 
@@ -7,10 +7,47 @@ import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo", help="(not built yet)")
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the whole thing on simulated backends (no GPU, < 1 minute)",
+        description=(
+            "Show the launcher's dry run on the upgrade guide's command, start simulated old, "
+            "new and baseline vLLM servers and the mirroring proxy on loopback ports, send "
+            "mixed traffic, then print the live gate and the report and write the HTML report."
+        ),
+    )
+    parser.add_argument(
+        "--scenario",
+        choices=("regression", "healthy"),
+        default="regression",
+        help="regression: the new version is slower to first token and diverges on some "
+        "prompts; healthy: same speed, noise-level divergence (default: %(default)s)",
+    )
+    parser.add_argument("--requests", type=int, default=180, help="client requests to send")
+    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    parser.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        help="where records.db and report.html go (default: a new temporary directory)",
+    )
+    parser.add_argument("--no-launcher", action="store_true", help="skip the launcher dry run")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the traffic mix")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    print("vllm-cutover demo: not built yet", file=sys.stderr)
-    return 2
+    from proxy.demo.run import DemoConfig, run_demo
+
+    try:
+        config = DemoConfig(
+            scenario=args.scenario,
+            requests=args.requests,
+            concurrency=args.concurrency,
+            out_dir=args.out_dir,
+            launcher=not args.no_launcher,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"vllm-cutover demo: {exc}", file=sys.stderr)
+        return 2
+    return run_demo(config)

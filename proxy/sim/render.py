@@ -81,7 +81,7 @@ class ChunkEncoder:
     def __init__(self, vocab: Vocab, spec: SamplingSpec, request_id: str, model: str) -> None:
         self.vocab = vocab
         self.spec = spec
-        self._json_texts = vocab.json_texts
+        self._json_bytes = vocab.json_bytes
         created = int(time.time())
         if spec.endpoint == "chat":
             obj = "chat.completion.chunk"
@@ -90,14 +90,14 @@ class ChunkEncoder:
         self._head = (
             f'data: {{"id":{_dumps(request_id)},"object":"{obj}","created":{created},'
             f'"model":{_dumps(model)},"choices":['
-        )
-        self._tail = "]}\n\n" if spec.endpoint == "chat" else '],"usage":null}\n\n'
+        ).encode()
+        self._tail = b"]}\n\n" if spec.endpoint == "chat" else b'],"usage":null}\n\n'
 
-    def _text_json(self, token_ids: Sequence[int]) -> str:
-        texts = self._json_texts
+    def _text_json(self, token_ids: Sequence[int]) -> bytes:
+        texts = self._json_bytes
         if len(token_ids) == 1:
             return texts[token_ids[0]]
-        return '"' + "".join(texts[t][1:-1] for t in token_ids) + '"'
+        return b'"' + b"".join(texts[t][1:-1] for t in token_ids) + b'"'
 
     def role_chunk(self, index: int) -> bytes:
         """Chat's first event: the assistant role with empty content."""
@@ -108,7 +108,7 @@ class ChunkEncoder:
             f'{{"index":{index},"delta":{{"role":"assistant","content":""}},'
             '"logprobs":null,"finish_reason":null}'
         )
-        return (self._head + choice + "]" + prompt_ids + "}\n\n").encode()
+        return self._head + (choice + "]" + prompt_ids + "}\n\n").encode()
 
     def token_chunk(
         self,
@@ -120,34 +120,34 @@ class ChunkEncoder:
         last: bool,
     ) -> bytes:
         ids = gen.token_ids[start:stop]
-        text = self._text_json(ids) if ids else '""'
         spec = self.spec
-        lp = (
-            logprobs_json(self.vocab, spec, gen, range(start, stop), text_offset)
-            if spec.logprobs is not None
-            else "null"
-        )
+        lp = b"null"
+        if spec.logprobs is not None:
+            lp = logprobs_json(self.vocab, spec, gen, range(start, stop), text_offset).encode()
         if last:
-            finish = f'"{gen.finish_reason}"'
-            stop_reason = _dumps(gen.stop_reason)
+            ending = (
+                f',"finish_reason":"{gen.finish_reason}",'
+                f'"stop_reason":{_dumps(gen.stop_reason)},"token_ids":'
+            ).encode()
         else:
-            finish = stop_reason = "null"
-        token_ids = "[" + ",".join(map(str, ids)) + "]" if spec.return_token_ids else "null"
+            ending = b',"finish_reason":null,"stop_reason":null,"token_ids":'
+        token_ids = b"null"
+        if spec.return_token_ids:
+            token_ids = ("[" + ",".join(map(str, ids)) + "]").encode()
         if spec.endpoint == "chat":
-            body = f'{{"index":{index},"delta":{{"content":{text}}},'
+            opening, after_text = b'{"index":%d,"delta":{"content":' % index, b'},"logprobs":'
         else:
-            body = f'{{"index":{index},"text":{text},'
+            opening, after_text = b'{"index":%d,"text":' % index, b',"logprobs":'
             if spec.return_token_ids and start == 0:
-                body += f'"prompt_token_ids":{_dumps(list(spec.prompt_ids))},'
-        body += (
-            f'"logprobs":{lp},"finish_reason":{finish},"stop_reason":{stop_reason},'
-            f'"token_ids":{token_ids}}}'
+                prompt_ids = _dumps(list(spec.prompt_ids)).encode()
+                after_text = b',"prompt_token_ids":' + prompt_ids + after_text
+        text = self._text_json(ids) if ids else b'""'
+        return b"".join(
+            (self._head, opening, text, after_text, lp, ending, token_ids, b"}", self._tail)
         )
-        return (self._head + body + self._tail).encode()
 
     def usage_chunk(self, gens: Sequence[Generation]) -> bytes:
-        tail = self._head + '],"usage":' + _dumps(usage(self.spec, gens)) + "}\n\n"
-        return tail.encode()
+        return self._head + ('],"usage":' + _dumps(usage(self.spec, gens)) + "}\n\n").encode()
 
 
 def full_response(

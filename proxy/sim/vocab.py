@@ -61,6 +61,7 @@ class Vocab:
     word_ids: tuple[int, ...]  # ids the generator draws words from
     punct_ids: tuple[int, ...]
     json_texts: tuple[str, ...] = field(repr=False)
+    json_bytes: tuple[bytes, ...] = field(repr=False)
     index: dict[str, int] = field(repr=False)
 
     @property
@@ -111,10 +112,12 @@ def build_vocab(word_count: int = 2000) -> Vocab:
     texts += _PUNCTUATION
     texts.append("\n")
     index = {t: i for i, t in enumerate(texts) if i >= BYTE_TOKENS}
+    json_texts = tuple(json.dumps(t, ensure_ascii=False) for t in texts)
     return Vocab(
         texts=tuple(texts),
         word_ids=tuple(range(first_word, first_punct)),
         punct_ids=tuple(range(first_punct, first_punct + len(_PUNCTUATION))),
-        json_texts=tuple(json.dumps(t, ensure_ascii=False) for t in texts),
+        json_texts=json_texts,
+        json_bytes=tuple(j.encode() for j in json_texts),
         index=index,
     )

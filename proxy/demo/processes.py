@@ -1,0 +1,114 @@
+"""Child processes of the demo (simulated backends, the proxy) on loopback ports.
+
+Each child is a `python -m proxy ...` of this same installation, so the demo
+exercises the real command lines. Children are always terminated, then killed
+if they do not exit in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+_SIM_READY = re.compile(r"listening on (http://[\d.]+:\d+)")
+
+
+class DemoError(RuntimeError):
+    """A part of the demo could not start or answer (message says which and why)."""
+
+
+@dataclass
+class Child:
+    """A started child process and the URL it serves."""
+
+    name: str
+    process: subprocess.Popen[str]
+    url: str
+    admin_url: str | None = None
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not exit after SIGTERM; killing it", self.name)
+                self.process.kill()
+                self.process.wait(timeout=timeout_s)
+        return self.process.returncode
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def _spawn(argv: Sequence[str], capture_stdout: bool) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "proxy", "--log-level", "WARNING", *argv],
+        stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _failure(name: str, process: subprocess.Popen[str]) -> DemoError:
+    err = ""
+    if process.poll() is not None and process.stderr is not None:
+        err = process.stderr.read()[-2000:]
+    return DemoError(f"{name} did not start (exit {process.returncode}): {err.strip()}")
+
+
+def spawn_sim(knobs: Sequence[str]) -> subprocess.Popen[str]:
+    """`vllm-cutover sim --port 0 KNOBS`; pair with `sim_ready` (start several, then wait)."""
+    return _spawn(["sim", "--host", LOOPBACK, "--port", "0", *knobs], capture_stdout=True)
+
+
+def sim_ready(name: str, process: subprocess.Popen[str], timeout_s: float = 20.0) -> Child:
+    """Wait for the simulator's ready line and read its URL from it."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+    match = _SIM_READY.search(process.stdout.readline()) if ready else None
+    if match is None:
+        process.kill()
+        process.wait()
+        raise _failure(name, process)
+    return Child(name, process, match.group(1))
+
+
+def start_proxy(argv: Sequence[str], port: int, admin_port: int) -> Child:
+    process = _spawn(
+        ["proxy", "--host", LOOPBACK, "--port", str(port), "--admin-port", str(admin_port), *argv],
+        capture_stdout=False,
+    )
+    return Child("proxy", process, f"http://{LOOPBACK}:{port}", f"http://{LOOPBACK}:{admin_port}")
+
+
+async def wait_http(child: Child, url: str, timeout_s: float = 20.0) -> None:
+    """Poll `url` until it answers any HTTP status; fail early if the child exits."""
+    import aiohttp
+
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+        while time.monotonic() < deadline:
+            if child.process.poll() is not None:
+                raise _failure(child.name, child.process)
+            try:
+                async with session.get(url) as resp:
+                    await resp.read()
+                    return
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                await asyncio.sleep(0.1)
+    raise DemoError(f"{child.name} did not answer {url} within {timeout_s:g} s")

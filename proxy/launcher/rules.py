@@ -1,0 +1,281 @@
+"""The versioned translation table for vLLM's FP4 settings, as data.
+
+Three small tables, read together by `proxy.launcher.translate`:
+- SOURCES: what is matched (a flag, an env var or a `--config` key, and its value), in which
+  vLLM versions vLLM honours it, and which backend it asks for (the *intent*).
+- MECHANISMS: how a backend is selected in a given vLLM version, in order of preference.
+- CHOICES: which backend each policy picks per GPU family.
+Facts come from the shared VLLM_FP4_FACTS notes (vLLM 0.10.0 .. 0.33.x).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from packaging.specifiers import SpecifierSet
+
+SettingKind = Literal["flag", "env", "config"]
+Scope = Literal["linear", "moe", "quantization"]
+Policy = Literal["migrate", "preserve"]
+Family = Literal["sm100", "sm120", "below_sm100", "unknown"]
+Normalize = Literal["backend", "exact", "bool"]
+
+NEVER = SpecifierSet("<0.0.0")  # no vLLM release honours it
+ALWAYS = SpecifierSet(">=0.0.0")
+AUTO = "auto"  # "let vLLM pick": nothing is emitted
+DROP = "drop"  # intent of a setting that must simply go (`--quantization nvfp4`)
+FROM_COMPANION = "@companion"  # intent read from the companion env var's value
+
+
+@dataclass(frozen=True)
+class Source:
+    """An old or current way of asking for an FP4 kernel. Flag rules also match config keys."""
+
+    kind: Literal["flag", "env"]
+    name: str
+    scope: Scope
+    accepted: SpecifierSet  # vLLM releases that honour it
+    about: str  # why it is (or will be) wrong, for the reason text
+    # Higher wins: new-style over old, a command-line flag over an env var of the same age.
+    rank: int
+    values: tuple[tuple[str, str | None], ...] | None = None  # None: any value, passed through
+    normalize: Normalize = "backend"
+    deprecated: SpecifierSet = NEVER  # honoured but deprecated: translate anyway
+    strict: bool = False  # an unknown value is an error instead of "not matched"
+    aliases: tuple[str, ...] = ()
+    json_path: tuple[str, ...] = ()  # where the backend sits inside a JSON value
+    companion: str | None = None
+    companion_values: tuple[tuple[str, str | None], ...] = ()
+    companion_default: str | None = None
+
+
+@dataclass(frozen=True)
+class BackendValue:
+    """How a mechanism spells `backend`, and in which releases it may."""
+
+    backend: str
+    value: str
+    versions: SpecifierSet = ALWAYS
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """One way to select a backend in a range of releases; `outputs` are (kind, name, template)
+    with `{value}` replaced by the backend's spelling. No outputs: the release's default."""
+
+    scope: Scope
+    versions: SpecifierSet
+    outputs: tuple[tuple[Literal["flag", "env"], str, str], ...]
+    values: tuple[BackendValue, ...]
+    note: str
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which backends a policy tries, in order, for a GPU family ("*" matches any)."""
+
+    policy: Policy | Literal["*"]
+    family: Family | Literal["*"]
+    scope: Scope
+    candidates: tuple[str, ...]  # "{requested}" stands for the backend the old setting asked
+    reason: str
+    warning: str | None = None
+
+
+def _same(*names: str) -> tuple[tuple[str, str | None], ...]:
+    return tuple((n, n) for n in names)
+
+
+_BOOL_OFF = ("0", None)
+_REMOVED_024 = "removed in vLLM 0.24 (deprecated from 0.22)"
+
+SOURCES: tuple[Source, ...] = (
+    Source(
+        "flag", "--fp4-gemm-backend", "linear", NEVER, rank=4, strict=True,
+        about="SGLang's server flag: no vLLM release parses it (exit 2, unrecognized arguments)",
+        values=_same("auto", "flashinfer_cutlass", "flashinfer_cudnn", "flashinfer_trtllm", "cutlass"),
+    ),
+    Source(
+        "env", "VLLM_USE_TRTLLM_FP4_GEMM", "linear", SpecifierSet(">=0.10.1,<0.11.1"), rank=1,
+        about="VLLM_USE_TRTLLM_FP4_GEMM exists only in vLLM 0.10.1-0.11.0",
+        values=(("1", "flashinfer_trtllm"), _BOOL_OFF), normalize="bool", strict=True,
+    ),
+    Source(
+        "env", "VLLM_USE_NVFP4_CT_EMULATIONS", "linear", SpecifierSet("<0.24"), rank=2,
+        deprecated=SpecifierSet(">=0.22"), about=f"VLLM_USE_NVFP4_CT_EMULATIONS was {_REMOVED_024}",
+        values=(("1", "emulation"), _BOOL_OFF), normalize="bool", strict=True,
+    ),
+    Source(
+        "env", "VLLM_USE_FBGEMM", "linear", SpecifierSet(">=0.11.0,<0.24"), rank=2,
+        deprecated=SpecifierSet(">=0.22"),
+        about=f"VLLM_USE_FBGEMM exists from vLLM 0.11.0 and was {_REMOVED_024}",
+        values=(("1", "fbgemm"), _BOOL_OFF), normalize="bool", strict=True,
+    ),
+    Source(
+        "env", "VLLM_NVFP4_GEMM_BACKEND", "linear", SpecifierSet(">=0.11.1,<0.24"), rank=3,
+        deprecated=SpecifierSet(">=0.22"), normalize="exact", strict=True,
+        about=f"VLLM_NVFP4_GEMM_BACKEND exists from vLLM 0.11.1 and was {_REMOVED_024}",
+        values=(
+            ("flashinfer-cudnn", "flashinfer_cudnn"), ("flashinfer-trtllm", "flashinfer_trtllm"),
+            ("flashinfer-cutlass", "flashinfer_cutlass"), ("cutlass", "cutlass"),
+            ("marlin", "marlin"), ("emulation", "emulation"), ("flashinfer-b12x", "flashinfer_b12x"),
+        ),
+    ),
+    Source(
+        "flag", "--linear-backend", "linear", SpecifierSet(">=0.22"), rank=5,
+        about="--linear-backend exists from vLLM 0.22",
+    ),
+    Source(
+        "flag", "--kernel-config", "linear", SpecifierSet(">=0.30"), rank=6,
+        about="--kernel-config linear_backend_per_quant exists from vLLM 0.30",
+        json_path=("linear_backend_per_quant", "nvfp4_w4a4"),
+    ),
+    Source(
+        "flag", "--moe-runner-backend", "moe", NEVER, rank=3, strict=True,
+        about="SGLang's MoE flag: vLLM's sibling is --moe-backend (from 0.17)",
+        values=_same(
+            "auto", "triton", "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_cutedsl",
+            "cutlass", "deep_gemm", "marlin",
+        ) + (("triton_kernel", "triton"), ("flashinfer_mxfp4", AUTO)),
+    ),
+    Source(
+        "env", "VLLM_FLASHINFER_MOE_BACKEND", "moe", SpecifierSet(">=0.10.1,<0.24"), rank=1,
+        deprecated=SpecifierSet(">=0.22"),
+        about=f"VLLM_FLASHINFER_MOE_BACKEND exists from vLLM 0.10.1 and was {_REMOVED_024}",
+        values=(("throughput", None), ("latency", None), ("masked_gemm", None)), normalize="exact",
+    ),
+    Source(
+        "env", "VLLM_USE_FLASHINFER_MOE_FP4", "moe", SpecifierSet("<0.24"), rank=2,
+        deprecated=SpecifierSet(">=0.22"), normalize="bool", strict=True,
+        about=f"VLLM_USE_FLASHINFER_MOE_FP4 was {_REMOVED_024}",
+        values=(("1", FROM_COMPANION), _BOOL_OFF),
+        companion="VLLM_FLASHINFER_MOE_BACKEND",
+        companion_values=(
+            ("throughput", "flashinfer_cutlass"), ("latency", "flashinfer_trtllm"),
+            ("masked_gemm", "flashinfer_cutedsl"),
+        ),
+        # Its default moved from throughput to latency across releases: leave it to vLLM.
+        companion_default=AUTO,
+    ),
+    Source(
+        "flag", "--moe-backend", "moe", SpecifierSet(">=0.17"), rank=5,
+        about="--moe-backend exists from vLLM 0.17",
+    ),
+    Source(
+        "flag", "--quantization", "quantization", NEVER, rank=0, aliases=("-q",),
+        about="vLLM has no quantization method 'nvfp4' (Unknown quantization method: nvfp4, exit 1)",
+        values=(("nvfp4", DROP),),
+    ),
+)
+
+_NVFP4_LINEAR = ("cutlass", "flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_cudnn",
+                 "marlin", "fbgemm", "emulation")
+_LINEAR_FLAG_VALUES = tuple(BackendValue(b, b) for b in _NVFP4_LINEAR) + (
+    BackendValue("flashinfer_cutedsl", "flashinfer_cutedsl", SpecifierSet(">=0.24")),
+    # Listed from 0.24, but the NVFP4 kernel only works from 0.28.
+    BackendValue("flashinfer_b12x", "flashinfer_b12x", SpecifierSet(">=0.28")),
+)
+_ALL_LAYERS = ("--linear-backend applies to ALL quantized linear layers, not only NVFP4")
+
+MECHANISMS: tuple[Mechanism, ...] = (
+    Mechanism(
+        "linear", SpecifierSet(">=0.30"),
+        (("flag", "--kernel-config", '{"linear_backend_per_quant": {"nvfp4_w4a4": "{value}"}}'),),
+        _LINEAR_FLAG_VALUES,
+        note="NVFP4-only scope via --kernel-config linear_backend_per_quant "
+        "(--linear-backend would hit every quantized linear layer)",
+    ),
+    Mechanism(
+        "linear", SpecifierSet(">=0.22,<0.28"), (("flag", "--linear-backend", "{value}"),),
+        _LINEAR_FLAG_VALUES, note="--linear-backend selects the kernel in vLLM 0.22-0.27",
+        warning=f"{_ALL_LAYERS}; in vLLM 0.22-0.27 a backend without a kernel for some "
+        "quantized layer type fails start-up",
+    ),
+    Mechanism(
+        "linear", SpecifierSet(">=0.28"), (("flag", "--linear-backend", "{value}"),),
+        _LINEAR_FLAG_VALUES, note="--linear-backend selects the kernel in vLLM 0.28-0.29",
+        warning=f"{_ALL_LAYERS}; other layer types fall back with a warning",
+    ),
+    Mechanism(
+        "linear", SpecifierSet(">=0.11.1,<0.24"), (("env", "VLLM_NVFP4_GEMM_BACKEND", "{value}"),),
+        (
+            BackendValue("flashinfer_cudnn", "flashinfer-cudnn"),
+            BackendValue("flashinfer_trtllm", "flashinfer-trtllm"),
+            BackendValue("flashinfer_cutlass", "flashinfer-cutlass"),
+            BackendValue("cutlass", "cutlass"),
+            BackendValue("marlin", "marlin", SpecifierSet(">=0.15")),
+            BackendValue("emulation", "emulation", SpecifierSet(">=0.20")),
+            BackendValue("flashinfer_b12x", "flashinfer-b12x", SpecifierSet(">=0.22")),
+        ),
+        note="VLLM_NVFP4_GEMM_BACKEND selects the kernel in vLLM 0.11.1-0.23",
+    ),
+    Mechanism(
+        "linear", SpecifierSet(">=0.11.0,<0.24"), (("env", "VLLM_USE_FBGEMM", "1"),),
+        (BackendValue("fbgemm", "1"),), note="VLLM_USE_FBGEMM=1 selects FBGEMM in vLLM 0.11-0.23",
+    ),
+    Mechanism(
+        "linear", SpecifierSet("<0.24"), (("env", "VLLM_USE_NVFP4_CT_EMULATIONS", "1"),),
+        (BackendValue("emulation", "1"),),
+        note="VLLM_USE_NVFP4_CT_EMULATIONS=1 emulates NVFP4 (compressed-tensors checkpoints)",
+    ),
+    Mechanism(
+        "linear", SpecifierSet(">=0.10.1,<0.11.1"), (("env", "VLLM_USE_TRTLLM_FP4_GEMM", "1"),),
+        (BackendValue("flashinfer_trtllm", "1"),),
+        note="VLLM_USE_TRTLLM_FP4_GEMM=1 is the only kernel knob in vLLM 0.10.1-0.11.0",
+    ),
+    Mechanism(
+        "linear", SpecifierSet(">=0.10.1,<0.11.1"), (), (BackendValue("flashinfer_cutlass", ""),),
+        note="FlashInfer CUTLASS is vLLM 0.10.1-0.11.0's default when FlashInfer is installed",
+    ),
+    Mechanism(
+        "moe", SpecifierSet(">=0.17"), (("flag", "--moe-backend", "{value}"),),
+        tuple(BackendValue(b, b) for b in (
+            "auto", "triton", "deep_gemm", "cutlass", "flashinfer_trtllm", "flashinfer_cutlass",
+            "flashinfer_cutedsl", "marlin", "aiter")),
+        note="--moe-backend selects the MoE kernel from vLLM 0.17",
+    ),
+    Mechanism(
+        "moe", SpecifierSet(">=0.10.1,<0.17"),
+        (("env", "VLLM_USE_FLASHINFER_MOE_FP4", "1"), ("env", "VLLM_FLASHINFER_MOE_BACKEND", "{value}")),
+        (BackendValue("flashinfer_cutlass", "throughput"), BackendValue("flashinfer_trtllm", "latency")),
+        note="VLLM_USE_FLASHINFER_MOE_FP4 with VLLM_FLASHINFER_MOE_BACKEND before --moe-backend",
+    ),
+    Mechanism(
+        "moe", SpecifierSet("<0.10.1"), (("env", "VLLM_USE_FLASHINFER_MOE_FP4", "1"),),
+        (BackendValue("flashinfer_cutlass", "1"),),
+        note="VLLM_USE_FLASHINFER_MOE_FP4=1 (FlashInfer CUTLASS) is vLLM 0.10.0's only MoE knob",
+    ),
+)
+
+CHOICES: tuple[Choice, ...] = (
+    Choice("migrate", "sm100", "linear", ("flashinfer_cutedsl", "flashinfer_cutlass"),
+           "migrate: FlashInfer CuTe-DSL on SM100-family GPUs (vLLM 0.24+), else FlashInfer CUTLASS"),
+    Choice("migrate", "sm120", "linear", ("flashinfer_cutlass",),
+           "migrate: FlashInfer CUTLASS on SM120-family GPUs"),
+    Choice("migrate", "below_sm100", "linear", ("marlin",),
+           "migrate: no native FP4 GEMM below SM100, so Marlin weight-only W4A16 "
+           "(vLLM falls back to it by itself where it has no Marlin knob)"),
+    Choice("migrate", "unknown", "linear", ("flashinfer_cutlass",),
+           "migrate: compute capability unknown, FlashInfer CUTLASS (SM100 and SM120 families)",
+           warning="compute capability unknown (no GPU seen, none given): picked "
+           "flashinfer_cutlass; give --compute-capability to pick per GPU family"),
+    Choice("preserve", "*", "linear", ("{requested}",),
+           "preserve: the nearest equivalent of what was asked"),
+    Choice("*", "*", "moe", ("{requested}",), "the nearest equivalent of the MoE kernel asked"),
+)
+
+
+def family_of(compute_capability: tuple[int, int] | None) -> Family:
+    """GPU family for a compute capability; (11, 0) Thor goes with SM120 (no CuTe-DSL FP4)."""
+    if compute_capability is None:
+        return "unknown"
+    major = compute_capability[0]
+    if major == 10:
+        return "sm100"
+    if major in (11, 12):
+        return "sm120"
+    if major < 10:
+        return "below_sm100"
+    return "unknown"

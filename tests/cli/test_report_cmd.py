@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
+from proxy.store import SqliteStore
+
+
+def _capture(role: str, ttft_s: float) -> Capture:
+    return Capture(
+        role,
+        f"{role}:1",
+        200,
+        ttft_s,
+        (0.01,) * 9,
+        ttft_s + 0.09,
+        10,
+        "length",  # type: ignore[arg-type]
+        "",
+        None,
+    )
+
+
+def _record(i: int, diverged: bool) -> ExchangeRecord:
+    outcome = "diverged" if diverged else "match"
+    comps = tuple(
+        Comparison(
+            against,
+            outcome if against == "shadow" else "match",  # type: ignore[arg-type]
+            not diverged or against == "baseline",
+            4 if diverged and against == "shadow" else None,
+            1,
+            0,
+            True,
+            None,
+        )
+        for against in ("shadow", "baseline")
+    )
+    caps = (_capture("primary", 0.02), _capture("shadow", 0.03), _capture("baseline", 0.02))
+    meta = RequestMeta("completions", False, True, f"{i:064x}", 10, 10)
+    return ExchangeRecord(f"r{i}", 1.0 + i, meta, caps, comps)
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", "report", *argv],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_report_json_and_html_from_a_store(tmp_path: Path) -> None:
+    db = tmp_path / "records.db"
+    store = SqliteStore(str(db))
+    store.write([_record(i, diverged=i % 10 == 0) for i in range(40)])
+    store.close()
+    html = tmp_path / "out.html"
+    done = _run("--db", str(db), "--json", "--html", str(html))
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["compared"], doc["diverged"]) == (40, 4)
+    assert doc["baseline"]["compared"] == 40 and doc["baseline"]["diverged"] == 0
+    assert doc["verdict"] == "fail"  # 10% divergence vs none in the baseline, TTFT x1.5
+    assert "inconclusive: 40 deterministic requests compared, need 50" in doc["reasons"]
+    assert doc["latency"]["ttft"]["p50_ratio"] > 1.4
+    assert html.read_text().count("<svg") == 3
+    text = _run("--db", str(db), "--gate-min-samples", "10")
+    assert text.returncode == 0 and "VERDICT: FAIL" in text.stdout
+    assert "pass: 40 deterministic requests compared (minimum 10)" in text.stdout
+    assert "compared 40, diverged 4" in text.stdout
+
+
+def test_missing_or_foreign_database_is_an_error(tmp_path: Path) -> None:
+    missing = _run("--db", str(tmp_path / "nope.db"))
+    assert missing.returncode == 2 and "nope.db" in missing.stderr
+    other = tmp_path / "other.db"
+    other.write_bytes(b"not sqlite at all" * 100)
+    foreign = _run("--db", str(other), "--json")
+    assert foreign.returncode == 2 and "other.db" in foreign.stderr
+    bad = _run("--db", str(other), "--gate-min-samples", "0")
+    assert bad.returncode == 2 and "0" in bad.stderr

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from proxy.compare.types import ExchangeRecord
+from proxy.report.html import render_html
+from proxy.report.model import build_report
+
+
+def test_html_is_self_contained_with_plots_and_verdict(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    html = render_html(build_report(records_of(count=90, diverge_every=4, new_slowdown=1.3)))
+    assert html.startswith("<!DOCTYPE html>")
+    assert "<script" not in html and not re.search(r"(src|href)=\"https?:", html)
+    assert html.count("<svg") == 3  # TTFT CDF, E2E CDF, divergence histogram
+    assert "TTFT CDF" in html and "E2E latency CDF" in html and "First divergence positions" in html
+    assert "FAIL" in html and "baseline vs old (noise)" in html

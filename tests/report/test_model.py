@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from proxy.compare.types import ExchangeRecord
+from proxy.report.model import build_report, report_json
+
+
+def test_identical_backends_pass_with_no_divergence(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    report = build_report(records_of())
+    doc = report_json(report)
+    assert (doc["compared"], doc["diverged"]) == (80, 0)  # 120 records, 1/3 sampled
+    assert doc["baseline"]["compared"] == 80 and doc["baseline"]["diverged"] == 0
+    assert doc["verdict"] == "pass", doc["reasons"]
+    assert doc["shadow"]["sampled"] == 40
+    assert report.shadow.match_rate == 1.0 and report.shadow.match_rate_ci[0] > 0.9
+    json.dumps(doc)  # serialisable as is
+
+
+def test_divergences_are_counted_with_positions_and_fail_the_gate(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    report = build_report(records_of(count=300, diverge_every=2))
+    assert report.shadow.compared == 200
+    # Every other record diverges, but only deterministic ones count.
+    assert report.shadow.diverged == sum(1 for i in range(0, 300, 2) if i % 3 != 2)
+    assert (
+        min(report.shadow.first_divergence) >= 3 and report.shadow.close == report.shadow.diverged
+    )
+    assert report.gate.verdict == "fail"
+    assert any("match rate" in r for r in report.gate.reasons)
+
+
+def test_slower_new_version_shows_in_latency_rows_and_fails(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    report = build_report(records_of(count=150, new_slowdown=1.6))
+    ttft = next(row for row in report.latency if row.metric == "ttft")
+    assert ttft.p50_ratio is not None and 1.4 < ttft.p50_ratio < 1.8
+    assert ttft.test is not None and ttft.test.p_value < 0.001 and ttft.test.effect_size > 0.5
+    assert report.gate.verdict == "fail"
+    assert any(r.startswith("fail: TTFT") for r in report.gate.reasons)
+
+
+def test_no_baseline_and_too_few_samples_is_inconclusive(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    report = build_report(records_of(count=30, baseline=False))
+    doc = report_json(report)
+    assert doc["baseline"] is None and doc["verdict"] == "inconclusive"
+    assert report.samples == 30
+
+
+def test_shadow_errors_are_counted_per_kind(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    report = build_report(records_of(count=60, shadow_errors_every=5))
+    assert report.shadow.errors == 12
+    assert report.roles["shadow"].errors["http_5xx"] == 12
+    assert report.roles["primary"].errors.total() == 0
+
+
+def test_empty_record_set(records_of: Callable[..., list[ExchangeRecord]]) -> None:
+    report = build_report([])
+    doc = report_json(report)
+    assert (doc["compared"], doc["diverged"], doc["baseline"], doc["verdict"]) == (
+        0,
+        0,
+        None,
+        "inconclusive",
+    )
+
+
+def test_sampled_requests_are_summarised_as_distributions(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    report = build_report(records_of(count=90))
+    assert report.sampled["primary"].requests == 30 and report.sampled["shadow"].requests == 30
+    assert report.sampled_length_test is not None  # identical lengths: no shift
+    assert report.sampled_length_test.p_value > 0.5
+    doc = report_json(report)
+    assert doc["sampled"]["roles"]["new"]["mean_output_tokens"] == 20

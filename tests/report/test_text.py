@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from proxy.compare.types import ExchangeRecord
+from proxy.report.model import build_report
+from proxy.report.text import render_text
+
+
+def test_text_has_verdict_reasons_counts_and_latency_table(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    text = render_text(build_report(records_of(count=150, new_slowdown=1.5, diverge_every=10)))
+    assert "VERDICT: FAIL" in text
+    assert "new vs old:       compared 100, diverged" in text
+    assert "baseline (noise): compared 100, diverged 0" in text
+    ttft_line = next(line for line in text.splitlines() if line.strip().startswith("TTFT"))
+    assert "150/150" in ttft_line and "p=" in ttft_line and "1.5" in ttft_line
+    assert "- fail: TTFT" in text
+
+
+def test_text_without_baseline_says_how_to_get_one(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    text = render_text(build_report(records_of(count=10, baseline=False)))
+    assert "--baseline" in text and "VERDICT: INCONCLUSIVE" in text
