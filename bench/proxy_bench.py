@@ -1,6 +1,6 @@
 """Benchmark of the mirroring proxy against direct access and nginx, all in one run.
 
-    python bench/proxy_bench.py            # full run (about 5 minutes)
+    python bench/proxy_bench.py            # full run (5-7 minutes)
     python bench/proxy_bench.py --quick    # about 1-2 minutes
     python bench/proxy_bench.py --smoke    # seconds; proves the harness runs (CI)
 
@@ -53,7 +53,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     if backend == "auto":
         backend = "sim" if _sim_available() else "inline"
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    sizes = {"full": (7.0, 1.0, 3), "quick": (4.0, 1.0, 1), "smoke": (1.0, 0.3, 1)}[mode]
+    sizes = {"full": (8.0, 1.0, 2), "quick": (4.0, 1.0, 1), "smoke": (1.0, 0.3, 1)}[mode]
     cfg = BenchConfig(
         mode=mode, paths=paths, scenarios=scenarios, backend=backend,  # type: ignore[arg-type]
         duration_s=args.duration or sizes[0], warmup_s=sizes[1], reps=args.reps or sizes[2],
