@@ -90,8 +90,9 @@ def memory_use(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
     if "proxy" not in cfg.paths:
         return out
     streams = cfg.memory_streams
-    # Open the streams gently (a few hundred new mirrored requests a second), then hold them.
-    ramp_s = 10.0 if cfg.mode != "smoke" else 0.3
+    # Open the streams gently (50 new mirrored requests a second), then hold them: a proxy
+    # that cannot keep up leaves connections in its accept queue ("streaming at window end").
+    ramp_s = 20.0 if cfg.mode != "smoke" else 0.3
     warm_s = ramp_s + max(cfg.warmup_s, 3.0 if cfg.mode != "smoke" else 0.2)
     tokens = math.ceil((warm_s + cfg.duration_s) * 1000 / cfg.memory_itl_ms) + 5
     peak = {"rss": 0, "fds": 0}

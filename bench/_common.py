@@ -62,7 +62,7 @@ class Outcome:
 
 
 def load_spec(cfg: BenchConfig, layout: Layout, port: int, concurrency: int, tokens: int,
-          request_s: float = 0.0) -> LoadSpec:
+              request_s: float = 0.0) -> LoadSpec:
     """Streams start spread over one request's duration, so they do not arrive in waves."""
     return LoadSpec(
         port=port, concurrency=concurrency, duration_s=cfg.duration_s,

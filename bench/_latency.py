@@ -126,6 +126,11 @@ def impact(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
                "median_p99_ratio": ratio, "pooled": {v: summary(r) for v, r in pooled.items()}}
     out.errors = {f"{v}-shadow": r.errors for v, r in pooled.items()}
     out.figures.append(Figure("impact", "primary TTFT p99, normal shadow", p99["normal"], "ms"))
+    normal_rounds = [rnd["normal"]["p99"] for rnd in per_round]
+    if len(normal_rounds) > 1 and min(normal_rounds) > 0:
+        # The noise floor to read the ratios against: the same setup, round to round.
+        out.figures.append(Figure("impact", "normal-shadow p99 spread over rounds (max/min)",
+                                  max(normal_rounds) / min(normal_rounds), "x"))
     for v, label in (("slow", f"{cfg.slow_factor:g}x slower"), ("dead", "dead")):
         value = ratio[v]
         out.figures.append(Figure(
