@@ -40,10 +40,10 @@ class BenchConfig:
     throughput_tokens: int = 256
     paced_concurrency: int = 128
     paced_itl_ms: float = 2.0
-    impact_concurrency: int = 64
+    impact_concurrency: int = 16
     impact_ttft_ms: float = 20.0
     impact_itl_ms: float = 5.0
-    impact_tokens: int = 16
+    impact_tokens: int = 64
     slow_factor: float = 10.0
     memory_streams: int = 1000
     memory_itl_ms: float = 500.0

@@ -63,7 +63,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     )
     if mode == "smoke":
         cfg = replace(cfg, latency_concurrency=8, throughput_concurrency=4, throughput_tokens=64,
-                      impact_concurrency=4, memory_streams=20, memory_itl_ms=100.0,
+                      impact_concurrency=4, impact_tokens=16, memory_streams=20, memory_itl_ms=100.0,
                       latency_tokens=16, latency_itl_ms=5.0, paced_concurrency=8,
                       paced_itl_ms=10.0)
     return cfg
