@@ -8,10 +8,11 @@ asking again for the same spec returns the server already running.
     from tests.e2e.servers import complete
 
     def test_x(vllm_servers, tiny_model, tiny_models):
-        old, new = vllm_servers.start_many([
-            VllmSpec(tiny_model, "old"), VllmSpec(tiny_models(perturb=1), "new"),
+        old, baseline, new = vllm_servers.start_many([
+            VllmSpec(tiny_model), VllmSpec(tiny_model, replica=1),  # two identical servers
+            VllmSpec(tiny_models(perturb=1)),  # computes differently, same served name
         ])
-        complete(old.url, "old")
+        complete(old.url, "tiny")
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ READY_TIMEOUT_S = 600.0
 
 VLLM_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
+    # "auto" pins every server's compute thread to core 0; let the OS spread them instead.
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",

@@ -1,5 +1,6 @@
-"""Our images, built from host-made wheels: sidecar and sim answer `--help`; the vLLM image
-runs a user's old bare-argument container command through the launcher to a completion.
+"""Our images, built from host-made wheels: the sidecar answers `--help`, the sim serves
+completions, and the vLLM image runs a user's old bare-argument container command through
+the launcher to a completion.
 """
 
 from __future__ import annotations
@@ -52,9 +53,15 @@ def test_sidecar_image_runs_the_proxy(docker_client: Any, cutover_images: ImageB
 @pytest.mark.e2e
 @pytest.mark.docker
 @pytest.mark.slow
-def test_sim_image_runs_the_simulator(docker_client: Any, cutover_images: ImageBuilder) -> None:
-    text = _run_help(docker_client, cutover_images.sim())
+def test_sim_image_serves_completions(
+    docker_client: Any, cutover_images: ImageBuilder, container_cleanup: list[Any]
+) -> None:
+    image = cutover_images.sim()
+    text = _run_help(docker_client, image)
     assert "--port" in text and "--ttft-ms" in text
+    url = _start_published(docker_client, image, [], container_cleanup, ready_timeout_s=60)
+    answer = complete(url, "sim-model", prompt="Hello world", max_tokens=4)
+    assert len(answer["choices"][0]["token_ids"]) == 4
 
 
 @pytest.fixture
@@ -65,17 +72,26 @@ def container_cleanup(docker_client: Any) -> Iterator[list[Any]]:
         container.remove(force=True)
 
 
-def _wait_container_ready(container: Any, url: str) -> None:
-    deadline = time.monotonic() + CONTAINER_READY_TIMEOUT_S
+def _start_published(
+    client: Any, image: str, command: list[str], cleanup: list[Any], *,
+    ready_timeout_s: float, **run_kwargs: Any,
+) -> str:
+    """Run `image` detached with its port 8000 on a random loopback port; wait for /health."""
+    container = client.containers.run(
+        image, command, detach=True, ports={"8000/tcp": (HOST, None)}, **run_kwargs)
+    cleanup.append(container)
+    container.reload()
+    url = f"http://{HOST}:{container.ports['8000/tcp'][0]['HostPort']}"
+    deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:
         container.reload()
         if container.status == "exited":
             logs = container.logs(tail=40).decode(errors="replace")
             raise AssertionError(f"container exited before ready:\n{logs}")
         if http_ok(url + "/health"):
-            return
+            return url
         time.sleep(1.0)
-    raise AssertionError(f"container not ready after {CONTAINER_READY_TIMEOUT_S:.0f} s")
+    raise AssertionError(f"container not ready after {ready_timeout_s:.0f} s")
 
 
 @pytest.mark.e2e
@@ -93,17 +109,13 @@ def test_vllm_image_keeps_old_bare_command_working(
     old_args = ["--model", "/models/tiny", "--served-model-name", "tiny", "--port", "8000",
                 "--dtype", "bfloat16", "--max-model-len", "512", "--enforce-eager",
                 "--quantization", "nvfp4", "--fp4-gemm-backend", "cutlass"]
-    container = docker_client.containers.run(
-        image, old_args, detach=True, shm_size="1g",
+    url = _start_published(
+        docker_client, image, old_args, container_cleanup,
+        ready_timeout_s=CONTAINER_READY_TIMEOUT_S, shm_size="1g",
         environment={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
                      "VLLM_NVFP4_GEMM_BACKEND": "cutlass"},
-        ports={"8000/tcp": (HOST, None)},
     )
-    container_cleanup.append(container)
-    container.reload()
-    port = int(container.ports["8000/tcp"][0]["HostPort"])
-    url = f"http://{HOST}:{port}"
-    _wait_container_ready(container, url)
+    container = container_cleanup[-1]
     answer = complete(url, "tiny", prompt="Hello world", max_tokens=5)
     assert len(answer["choices"][0]["token_ids"]) == 5
     logs = container.logs().decode(errors="replace")
