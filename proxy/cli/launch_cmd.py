@@ -9,6 +9,7 @@ import re
 import shlex
 import sys
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 EXIT_BAD_INPUT = 2
@@ -152,7 +153,8 @@ def _launch(args: argparse.Namespace) -> int:
                                     exec_prefix=exec_prefix)
     argv = prefix + vllm_args
     preflight = None if args.no_preflight else _preflight(
-        version_text, capability, plan.linear_backend, plan.moe_backend, args.self_test)
+        version_text, capability, plan.linear_backend, plan.moe_backend, args.self_test,
+        python)
     if args.report_json:
         report = explain.build_report(
             vllm_version=version_text, compute_capability=capability, policy=args.policy,
@@ -172,7 +174,7 @@ def _launch(args: argparse.Namespace) -> int:
     if preflight is not None and not preflight[0]:
         raise _Stop("preflight failed, vLLM not started: " + preflight[2], EXIT_PREFLIGHT)
     if not args.no_validate:
-        _validate(python, vllm_args)
+        _validate(python, vllm_args, plan.env)
     try:
         execute.exec_vllm(argv, plan.env)
     except OSError as exc:
@@ -183,28 +185,20 @@ def _detect_capability() -> tuple[int, int] | None:
     from proxy.launcher import preflight
 
     # nvidia-smi / driver files first: importing torch would cost seconds before exec.
-    detect = getattr(preflight, "detect_compute_capability_fast",
-                     preflight.detect_compute_capability)
-    try:
-        return detect()
-    except NotImplementedError:
-        return None
+    return preflight.detect_compute_capability_fast()
 
 
 def _preflight(
     version: str, capability: tuple[int, int] | None, linear: str | None, moe: str | None,
-    self_test: bool,
+    self_test: bool, vllm_python: str,
 ) -> tuple[bool, dict[str, Any], str]:
     """(ok, JSON, fatal messages). Without a GPU the checks are informational: the FP4
     settings have no effect on a CPU host, so nothing there is fatal."""
     from proxy.launcher import preflight
 
-    try:
-        report = preflight.run_preflight(vllm_version=version, compute_capability=capability,
-                                         linear_backend=linear, moe_backend=moe,
-                                         self_test=self_test)
-    except NotImplementedError:
-        return True, {"skipped": "preflight checks are not available in this build"}, ""
+    report = preflight.run_preflight(vllm_version=version, compute_capability=capability,
+                                     linear_backend=linear, moe_backend=moe,
+                                     self_test=self_test, vllm_python=vllm_python)
     for check in report.checks:
         if check.severity in ("warning", "fatal"):
             print(f"preflight {check.severity}: {check.name}: {check.message}", file=sys.stderr)
@@ -212,14 +206,10 @@ def _preflight(
     return report.ok, report.to_json(), fatal
 
 
-def _validate(python: str, vllm_args: list[str]) -> None:
+def _validate(python: str, vllm_args: list[str], env: Mapping[str, str]) -> None:
     from proxy.launcher.validate import validate_args
 
-    try:
-        result = validate_args(python, vllm_args)
-    except NotImplementedError:
-        print("vllm-cutover launch: argument validation not available; skipped", file=sys.stderr)
-        return
+    result = validate_args(python, vllm_args, env=dict(env))
     if result.skipped_reason:
         print(f"vllm-cutover launch: argument validation skipped: {result.skipped_reason}",
               file=sys.stderr)

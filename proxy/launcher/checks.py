@@ -36,6 +36,7 @@ class Context:
     enforce: bool  # a CUDA device is here: paths that cannot work are fatal
     fi_version: str | None
     pin: str | None
+    fi_local: bool = True  # vLLM's FlashInfer is importable here (same interpreter)
 
     @property
     def cc_text(self) -> str:
@@ -193,7 +194,7 @@ def mm_fp4_check(ctx: Context, fi_backend: str) -> Check:
             details,
         )
     # FlashInfer itself is asked only about a GPU that is here and only if installed.
-    ask = ctx.enforce and ctx.fi_version is not None
+    ask = ctx.enforce and ctx.fi_local and ctx.fi_version is not None
     supported, source = probes.mm_fp4_supported(fi_backend, ctx.cc, ask_flashinfer=ask)
     details.update(supported=supported, source=source)
     if supported:

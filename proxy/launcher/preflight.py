@@ -75,10 +75,12 @@ def run_preflight(
     linear_backend: str | None,
     moe_backend: str | None,
     self_test: bool,
+    vllm_python: str | None = None,
 ) -> PreflightReport:
     """Check CUDA, capability, FlashInfer (installed, version vs vLLM's pin) and
     `mm_fp4.is_backend_supported` for the chosen vLLM linear backend name
-    (e.g. "flashinfer_cutedsl"); with self_test, run the NVFP4 GEMM check."""
+    (e.g. "flashinfer_cutedsl"); with self_test, run the NVFP4 GEMM check.
+    FlashInfer is looked up for `vllm_python`, the interpreter that will run vLLM."""
     probe = probes.probe_cuda_fast()
     cc = compute_capability if compute_capability is not None else probe.capability
     family = gpus.gpu_family(cc)
@@ -89,8 +91,9 @@ def run_preflight(
         linear=gpus.normalize_backend(linear_backend),
         moe=gpus.normalize_backend(moe_backend),
         enforce=probe.available,
-        fi_version=probes.flashinfer_version(),
+        fi_version=probes.flashinfer_version(vllm_python),
         pin=gpus.flashinfer_pin(vllm_version),
+        fi_local=probes.is_this_interpreter(vllm_python),
     )
     found = [checks.cuda_check(probe, compute_capability), checks.capability_check(ctx)]
     found += checks.flashinfer_checks(ctx)

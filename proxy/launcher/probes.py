@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Literal
@@ -84,8 +85,31 @@ def _probe_nvidia_smi(why: str) -> CudaProbe:
     return CudaProbe(True, (major, minor), name, None, "nvidia-smi", why)
 
 
-def flashinfer_version() -> str | None:
-    """Installed flashinfer-python version from its metadata (no import), else None."""
+_FLASHINFER_VERSION_SCRIPT = (
+    "from importlib import metadata\n"
+    "try:\n    print(metadata.version('flashinfer-python'))\n"
+    "except metadata.PackageNotFoundError:\n    pass\n"
+)
+
+
+def is_this_interpreter(python: str | None) -> bool:
+    """True when `python` is the interpreter running the launcher (venvs share one
+    resolved binary, so the unresolved paths are compared)."""
+    return python is None or os.path.abspath(python) == os.path.abspath(sys.executable)
+
+
+def flashinfer_version(python: str | None = None) -> str | None:
+    """flashinfer-python version installed for `python` (the interpreter that runs vLLM;
+    default this one), from its metadata without importing it; None when missing."""
+    if not is_this_interpreter(python):
+        assert python is not None
+        try:
+            out = subprocess.run([python, "-I", "-c", _FLASHINFER_VERSION_SCRIPT],
+                                 capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            logger.warning("cannot ask %s for its flashinfer-python version: %s", python, exc)
+            return None
+        return out.stdout.strip() or None
     try:
         return metadata.version("flashinfer-python")
     except metadata.PackageNotFoundError:

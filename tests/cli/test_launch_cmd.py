@@ -17,6 +17,7 @@ GUIDE = ["nvidia/Llama-3.1-8B-Instruct-FP4", "--quantization", "nvfp4",
          "--fp4-gemm-backend", "cutlass"]
 FAKE_PYTHON = """#!/bin/sh
 if [ "$1" = "-c" ]; then echo "${FAKE_VLLM_VERSION:-0.24.0}"; exit 0; fi
+if [ "$1" = "-I" ]; then echo "${FAKE_FLASHINFER_VERSION:-}"; exit 0; fi
 touch "$FAKE_MARKER"
 echo "EXEC $$ $*"
 env | grep '^VLLM_' | sort
@@ -66,6 +67,8 @@ def test_dry_run_report(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     assert {c["old"] for c in report["changes"]} >= {
         "--fp4-gemm-backend cutlass", "--quantization nvfp4", "VLLM_NVFP4_GEMM_BACKEND=cutlass"}
     assert report["preflight"]["ok"] is True  # informational on a host without CUDA
+    # FlashInfer is looked up for vLLM's interpreter (this fake has none), not the launcher's.
+    assert report["preflight"]["summary"]["flashinfer_version"] is None
 
 
 def test_exec_runs_translated_command(tmp_path: Path, fake_vllm: dict[str, str]) -> None:

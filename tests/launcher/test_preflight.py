@@ -62,7 +62,7 @@ def host(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list]:
         monkeypatch.setattr(probes.shutil, "which", lambda name: None)
         # A driver without nvidia-smi: the fast probe then asks (fake) torch.
         monkeypatch.setattr(probes, "DRIVER_PATHS", (__file__,))
-        monkeypatch.setattr(probes, "flashinfer_version", lambda: fi_version)
+        monkeypatch.setattr(probes, "flashinfer_version", lambda python=None: fi_version)
         fi = fake_flashinfer(supported, calls) if fi_version else None
         monkeypatch.setitem(sys.modules, "flashinfer", fi)
         return calls
@@ -330,7 +330,7 @@ def test_preflight_on_a_gpu_host_with_nvidia_smi_needs_no_torch(
     smi_answer(monkeypatch, [])
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would fail
-    monkeypatch.setattr(probes, "flashinfer_version", lambda: None)
+    monkeypatch.setattr(probes, "flashinfer_version", lambda python=None: None)
     report = run(linear_backend="cutlass")
     assert report.ok
     assert check(report, "cuda").message.endswith("(via nvidia-smi)")
@@ -345,3 +345,22 @@ def test_planning_without_a_gpu_uses_the_table_not_flashinfer(host: Callable[...
     mm = check(report, "mm_fp4_backend")
     assert mm.severity == "warning"  # not fatal: no GPU on this host
     assert mm.details["source"] == "FlashInfer 0.7 support table"
+
+
+def test_flashinfer_is_looked_up_for_the_interpreter_that_runs_vllm(tmp_path: Path) -> None:
+    """The launcher may run in another venv than vLLM: vLLM's FlashInfer is the one that counts."""
+    other_python = tmp_path / "python"
+    other_python.write_text("#!/bin/sh\necho 0.6.18\n")
+    other_python.chmod(0o755)
+    assert probes.flashinfer_version(str(other_python)) == "0.6.18"
+    empty_python = tmp_path / "python-without-flashinfer"
+    empty_python.write_text("#!/bin/sh\nexit 0\n")
+    empty_python.chmod(0o755)
+    assert probes.flashinfer_version(str(empty_python)) is None
+    assert probes.is_this_interpreter(sys.executable) and probes.is_this_interpreter(None)
+    assert not probes.is_this_interpreter(str(other_python))
+    report = run_preflight(vllm_version="0.29.0", compute_capability=(10, 0),
+                           linear_backend="flashinfer_cutlass", moe_backend=None,
+                           self_test=False, vllm_python=str(other_python))
+    assert report.summary["flashinfer_version"] == "0.6.18"
+    assert report.summary["flashinfer_pin"] == "0.6.18"
