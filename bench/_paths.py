@@ -1,0 +1,120 @@
+"""The servers of a run: simulated backends, the proxy under test, nginx and the bare relay.
+
+Each is a context manager that starts the process pinned to its CPUs, waits for its port
+and yields a `Server` (port and PID); leaving the block stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from _procs import pinned, python, scrape_counters, started
+from nginx import nginx_argv
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+
+BackendKind = Literal["sim", "inline"]
+PROXY_METRICS_PATH = "/_vllm_cutover/metrics"
+MIRROR_COUNTERS = ("vllm_cutover_shadow_mirrored_total", "vllm_cutover_shadow_dropped_total",
+                   "vllm_cutover_token_id_source_total", "vllm_cutover_comparisons_total")
+
+
+@dataclass(frozen=True)
+class Server:
+    """A started server: where it listens and which process to measure."""
+
+    name: str
+    port: int
+    pid: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which CPUs the relay under test gets and which the backends and the load get."""
+
+    relay_cpus: tuple[int, ...]
+    load_cpus: tuple[int, ...]
+    log_dir: Path
+
+
+def backend_argv(kind: BackendKind, port: int, ttft_ms: float, itl_ms: float) -> list[str]:
+    if kind == "inline":
+        return [
+            python(), str(BENCH_DIR / "_backend.py"), "--port", str(port),
+            "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
+        ]
+    return [
+        python(), "-m", "proxy", "--log-level", "WARNING", "sim", "--port", str(port),
+        "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
+    ]
+
+
+@contextlib.contextmanager
+def backend(
+    layout: Layout, kind: BackendKind, name: str, port: int, ttft_ms: float, itl_ms: float
+) -> Iterator[Server]:
+    argv = pinned(backend_argv(kind, port, ttft_ms, itl_ms), layout.load_cpus)
+    with _started(argv, port, name, layout) as proc:
+        yield Server(name, port, proc.pid)
+
+
+@contextlib.contextmanager
+def mirroring_proxy(
+    layout: Layout,
+    port: int,
+    primary: str,
+    shadow: str | None,
+    baseline: str | None,
+    db_path: Path,
+    extra_args: Sequence[str] = (),
+    sample_rate: float = 1.0,
+) -> Iterator[Server]:
+    """`vllm-cutover proxy` with mirroring and capture on (sample rate 1.0, records in SQLite)."""
+    argv = [
+        python(), "-m", "proxy", "--log-level", "WARNING", "proxy",
+        "--host", "127.0.0.1", "--port", str(port), "--primary", primary,
+        "--sample-rate", str(sample_rate), "--db", str(db_path),
+    ]
+    if shadow:
+        argv += ["--shadow", shadow]
+    if baseline:
+        argv += ["--baseline", baseline]
+    # Every sampled request mirrored (no drop at the default cap of 256 in flight): the
+    # worst case for the client path. --proxy-arg may override it (argparse keeps the last).
+    argv += ["--max-shadow-inflight", "4096", *extra_args]
+    with _started(pinned(argv, layout.relay_cpus), port, "proxy", layout, timeout_s=60) as proc:
+        yield Server("proxy", port, proc.pid)
+
+
+def mirror_counters(proxy: Server) -> dict[str, float]:
+    """The proxy's mirrored / dropped counters, from its own metrics path on the client port."""
+    return scrape_counters(proxy.port, PROXY_METRICS_PATH, MIRROR_COUNTERS)
+
+
+@contextlib.contextmanager
+def nginx(layout: Layout, port: int, upstream_port: int, prefix: Path) -> Iterator[Server]:
+    argv = nginx_argv(prefix, port, upstream_port, layout.relay_cpus)
+    with _started(argv, port, "nginx", layout) as proc:
+        yield Server("nginx", port, proc.pid)
+
+
+@contextlib.contextmanager
+def bare_relay(layout: Layout, port: int, upstream: str) -> Iterator[Server]:
+    argv = [python(), str(BENCH_DIR / "_relay.py"), "--port", str(port), "--upstream", upstream]
+    with _started(pinned(argv, layout.relay_cpus), port, "bare", layout) as proc:
+        yield Server("bare", port, proc.pid)
+
+
+@contextlib.contextmanager
+def _started(argv: list[str], port: int, name: str, layout: Layout, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
+    with started(argv, port, f"{name}-{port}", layout.log_dir, timeout_s, cwd=REPO_ROOT) as proc:
+        yield proc
