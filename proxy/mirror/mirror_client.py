@@ -182,6 +182,11 @@ class MirrorConnection(asyncio.Protocol):
         if self._mode != "chunked":
             return b""
         buf = self._buf
+        if not buf and self._state == _SIZE:
+            # The usual read: whole chunks ("size CRLF data CRLF"), no copies through buf.
+            whole = self._whole_chunks(data)
+            if whole is not None:
+                return whole
         buf += data
         out: list[bytes] = []
         while buf:
@@ -217,6 +222,24 @@ class MirrorConnection(asyncio.Protocol):
                     self._complete = True
                     break
         return out[0] if len(out) == 1 else b"".join(out)
+
+    def _whole_chunks(self, data: bytes) -> bytes | None:
+        """The payload when `data` is exactly whole non-final chunks; else None."""
+        pieces: list[bytes] = []
+        pos, end = 0, len(data)
+        while pos < end:
+            i = data.find(b"\r\n", pos)
+            line = data[pos:i]
+            if i < 0 or len(line) > 8 or not line.isalnum():
+                return None  # unfinished size line, chunk extension, ...: general path
+            size = int(line, 16)
+            start = i + 2
+            stop = start + size
+            if size <= 0 or stop + 2 > end or data[stop:stop + 2] != b"\r\n":
+                return None
+            pieces.append(data[start:stop])
+            pos = stop + 2
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _finish(self) -> None:
         if self._done is not None and not self._done.done():
