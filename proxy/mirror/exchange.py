@@ -102,7 +102,7 @@ class Exchange:
         self.started_unix = time.time()
         self.primary_label = mirror.metrics.backend_label(routes.primary.url)
         self.builder = CaptureBuilder("primary", self.primary_label, perf_counter())
-        self.others: list[tuple[Role, asyncio.Task[Capture]]] = []
+        self.others: list[tuple[Role, asyncio.Future[Capture]]] = []
         self.auth: CIMultiDict[str] = CIMultiDict()
         self._held: list[Upstream] = [routes.primary.acquire()]
         self._starter: asyncio.Task[None] | None = None
@@ -140,6 +140,14 @@ class Exchange:
             body = prepared.shadow_body
             if role == "baseline" and self.meta.stream and not mirror.config.baseline_stream:
                 body = unstreamed(body)
+            if upstream.pool.down:
+                # Refused moments ago: recorded as a connect error, without a task or syscall.
+                t = perf_counter()
+                done: asyncio.Future[Capture] = asyncio.get_running_loop().create_future()
+                done.set_result(CaptureBuilder(role, label, t).finish(None, t, error="connect"))
+                self.others.append((role, done))
+                mirror.metrics.shadow_dropped.labels(f"{role}_down").inc()
+                continue
             coro = fetch_capture(upstream, role, label, path, headers, body,
                                  mirror.config.shadow_timeout_s)
             task = mirror.tasks.spawn(coro, f"{role}-{self.request_id}")

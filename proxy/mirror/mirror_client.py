@@ -25,7 +25,8 @@ Probe = Callable[[], "str | None"]  # an error that makes reading stop early, or
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE_S = 4.0  # below uvicorn's (vLLM's) 5 s keep-alive: never reuse a closing socket
-DOWN_S = 0.5  # after a refused connect, fail fast (no syscalls) for this long
+DOWN_S = 0.5  # after a refused connect, fail fast (no syscalls) for this long...
+MAX_DOWN_S = 8.0  # ...doubled on each refusal in a row, up to this
 _SIZE, _DATA, _CRLF, _TRAILER = range(4)
 
 
@@ -267,6 +268,7 @@ class MirrorPool:
         self._idle: list[MirrorConnection] = []
         self._closed = False
         self._down_until = 0.0
+        self._refusals = 0  # connects refused in a row
 
     async def _connection(self) -> MirrorConnection:
         now = time.monotonic()
@@ -283,9 +285,16 @@ class MirrorPool:
                 MirrorConnection, self.host, self.port, ssl=True if self.https else None,
             ), self.connect_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
-            self._down_until = time.monotonic() + DOWN_S
+            self._down_until = time.monotonic() + min(MAX_DOWN_S, DOWN_S * 2**self._refusals)
+            self._refusals = min(self._refusals + 1, 16)
             raise MirrorError("connect") from exc
+        self._refusals = 0
         return conn
+
+    @property
+    def down(self) -> bool:
+        """A recent connect was refused: requests fail at once, without a syscall."""
+        return time.monotonic() < self._down_until
 
     def request_bytes(self, path: str, headers: CIMultiDict[str], body: bytes) -> bytes:
         head = [f"POST {self.base_path}{path} HTTP/1.1", f"Host: {self.host_header}",

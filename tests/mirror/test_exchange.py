@@ -88,6 +88,20 @@ async def test_shadow_faults_become_records(backend, proxy, make_config, settle,
     assert record.comparisons[0].outcome in ("error", "not_comparable")
 
 
+async def test_dead_shadow_costs_no_task_after_the_first_refusal(backend, proxy, make_config,
+                                                                  settle, dead_url):
+    primary = await backend()
+    client = await proxy(make_config(primary.url, dead_url()))
+    for _ in range(3):
+        resp = await client.post("/v1/completions", json={**GREEDY, "stream": True})
+        assert (await resp.read()).endswith(b"data: [DONE]\n\n")
+    records = await _records(client, settle)
+    assert [_capture(r, "shadow").error for r in records] == ["connect"] * 3
+    metrics: ProxyMetrics = client.app[METRICS_KEY]
+    assert metrics.mirrored.labels("shadow")._value.get() == 1  # one real attempt
+    assert metrics.shadow_dropped.labels("shadow_down")._value.get() == 2
+
+
 async def test_shadow_timeout(backend, proxy, make_config, settle):
     primary = await backend()
     shadow = await backend(ttft_s=5.0)

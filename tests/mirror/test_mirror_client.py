@@ -241,3 +241,32 @@ async def test_dead_backend_fails_fast_then_retries(monkeypatch):
         await pool.post("/", CIMultiDict(), b"", lambda s, c: lambda d, t: None,
                         lambda: None, 1 << 20)
     assert attempts == 2
+
+
+async def test_refusals_in_a_row_back_off_exponentially_until_a_connect_works(monkeypatch):
+    from proxy.mirror import mirror_client
+
+    pool = MirrorPool("http://127.0.0.1:9")
+    clock = [100.0]
+    monkeypatch.setattr(mirror_client.time, "monotonic", lambda: clock[0])
+
+    async def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise ConnectionRefusedError
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", refuse)
+    windows = []
+    for _ in range(7):
+        with pytest.raises(MirrorError, match="connect"):
+            await pool._connection()
+        assert pool.down
+        windows.append(pool._down_until - clock[0])
+        clock[0] = pool._down_until
+    assert windows == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert not pool.down
+
+    async def accept(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return None, MirrorConnection()
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", accept)
+    await pool._connection()
+    assert pool._refusals == 0
