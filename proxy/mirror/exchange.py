@@ -40,6 +40,8 @@ from proxy.store import RecordStore
 log = logging.getLogger(__name__)
 
 TokenSource = Literal["client", "tokenize", "none"]
+LAG_PROBE_S = 0.02
+LAG_SMOOTHING = 0.3  # weight of the newest probe in the moving average
 
 
 def _with_ids(capture: Capture, ids: tuple[int, ...]) -> Capture:
@@ -71,6 +73,20 @@ class Mirror:
         self.tokenize_slots = asyncio.Semaphore(config.tokenize_concurrency)
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
+        self.loop_lag_s = 0.0  # how late the loop runs, smoothed (watch_loop_lag)
+
+    async def watch_loop_lag(self, interval_s: float = LAG_PROBE_S) -> None:
+        """Keep `loop_lag_s` current: how much later than asked a short sleep wakes up.
+
+        Smoothed over a few probes, so one late wake-up (the process descheduled once)
+        does not shed mirrors; a loop that stays busy does.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time() + interval_s
+            await asyncio.sleep(interval_s)
+            lag = max(0.0, loop.time() - asked)
+            self.loop_lag_s += LAG_SMOOTHING * (lag - self.loop_lag_s)
 
     def wants(self, routes: Routes, headers: Mapping[str, str]) -> bool:
         """Cheap pre-check before the body is parsed: a shadow exists and the sampler says yes."""
@@ -85,6 +101,9 @@ class Mirror:
         """
         if self.inflight >= self.config.max_shadow_inflight or self.tasks.closing:
             self.metrics.shadow_dropped.labels("inflight_cap").inc()
+            return None
+        if 0 < self.config.overload_lag_s < self.loop_lag_s:
+            self.metrics.shadow_dropped.labels("overload").inc()
             return None
         exchange = Exchange(self, routes, f"{self._id_prefix}-{next(self._ids)}")
         exchange.launch(request.raw_path, headers, body, endpoint)
