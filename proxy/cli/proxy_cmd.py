@@ -40,6 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="total time allowed to a mirrored request (default %(default)s)")
     p.add_argument("--max-shadow-inflight", type=int, default=256, metavar="N",
                    help="mirrored requests in flight; beyond: dropped and counted")
+    p.add_argument("--overload-lag-ms", type=float, default=10.0, metavar="MS",
+                   help="while the event loop runs this late (moving average), new requests "
+                        "are not mirrored (dropped and counted); 0: never shed "
+                        "(default %(default)s)")
     p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024, metavar="N",
                    help="request body limit; larger bodies get a 413 (default %(default)s)")
     p.add_argument("--db", default=":memory:", metavar="PATH",
@@ -81,6 +85,7 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
             shadow_timeout_s=args.shadow_timeout,
             max_shadow_inflight=args.max_shadow_inflight,
             baseline_stream=args.baseline_stream,
+            overload_lag_s=args.overload_lag_ms / 1000.0,
         ),
         store=StoreConfig(db_path=args.db, retention_rows=args.retention,
                           store_text=args.store_text),

@@ -45,6 +45,27 @@ class SSEDecoder:
 
         Raises ValueError when a single line grows beyond `max_line_bytes`.
         """
+        return self._feed(chunk, False)  # type: ignore[return-value]
+
+    def feed_data(self, chunk: bytes) -> list[bytes]:
+        """Like `feed`, but only each event's data, undecoded (what a capture needs).
+
+        A chunk made of whole one-line `data: ...` events (what vLLM writes) is split
+        in one pass; anything else takes the general line-by-line path.
+        """
+        if (chunk[-2:] == b"\n\n" and not self._partial and not self._data
+                and not self._skip_lf and b"\r" not in chunk):
+            out: list[bytes] = []
+            for part in chunk[:-2].split(b"\n\n"):
+                if part[:6] == b"data: " and b"\n" not in part:
+                    out.append(part[6:])
+                    self._event = None
+                else:
+                    out.extend(self._feed(part + b"\n\n", True))  # type: ignore[arg-type]
+            return out
+        return self._feed(chunk, True)  # type: ignore[return-value]
+
+    def _feed(self, chunk: bytes, raw: bool) -> list[SSEEvent] | list[bytes]:
         if not chunk:
             return []
         if self._skip_lf:
@@ -73,12 +94,12 @@ class SSEDecoder:
         self._partial_len = len(last)
         if self._partial_len > self.max_line_bytes:
             raise ValueError(f"SSE line longer than {self.max_line_bytes} bytes")
-        events: list[SSEEvent] = []
+        events: list[SSEEvent] | list[bytes] = []
         data = self._data
         for line in lines:
             if not line:
                 if data:
-                    events.append(self._dispatch())
+                    events.append(self._dispatch_raw() if raw else self._dispatch())  # type: ignore[arg-type]
                     data = self._data
                 else:
                     self._event = None
@@ -99,6 +120,14 @@ class SSEDecoder:
             events.append(self._dispatch())
         return events
 
+    def flush_data(self) -> list[bytes]:
+        """`flush` for `feed_data`: the data of an event left without its blank line."""
+        self._skip_lf = False
+        events = self.feed_data(b"\n") if self._partial else []
+        if self._data:
+            events.append(self._dispatch_raw())
+        return events
+
     @property
     def pending_bytes(self) -> int:
         """Bytes buffered that did not yet form a complete line or event."""
@@ -117,9 +146,12 @@ class SSEDecoder:
         # "retry" and unknown fields are ignored, as the SSE spec says.
 
     def _dispatch(self) -> SSEEvent:
+        event = self._event or "message"
+        return SSEEvent(self._dispatch_raw().decode("utf-8", "replace"), event, self._id)
+
+    def _dispatch_raw(self) -> bytes:
         data = self._data
         raw = data[0] if len(data) == 1 else b"\n".join(data)
-        event = SSEEvent(raw.decode("utf-8", "replace"), self._event or "message", self._id)
         self._data = []
         self._event = None
-        return event
+        return raw

@@ -113,11 +113,15 @@ async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG_KEY]
     tasks = BackgroundTasks()
     app[TASKS_KEY] = tasks
-    app[MIRROR_KEY] = Mirror(config.mirror, tasks, app[METRICS_KEY], app[STORE_KEY])
-    refresher = asyncio.get_running_loop().create_task(refresh_verdict_forever(
+    mirror = app[MIRROR_KEY] = Mirror(config.mirror, tasks, app[METRICS_KEY], app[STORE_KEY])
+    loop = asyncio.get_running_loop()
+    watchers = [loop.create_task(refresh_verdict_forever(
         app[STORE_KEY], config.gate, app[METRICS_KEY], config.gate_refresh_s),
-        name="verdict-refresh")
+        name="verdict-refresh")]
+    if config.mirror.overload_lag_s > 0:
+        watchers.append(loop.create_task(mirror.watch_loop_lag(), name="loop-lag"))
     yield
-    refresher.cancel()
-    await asyncio.gather(refresher, return_exceptions=True)
+    for watcher in watchers:
+        watcher.cancel()
+    await asyncio.gather(*watchers, return_exceptions=True)
     await tasks.drain(config.drain_timeout_s)

@@ -66,6 +66,10 @@ class MirrorConfig:
     # The baseline only measures old-vs-old token noise; unstreamed, its answer is parsed
     # once instead of per event (same tokens), which saves the proxy a third of its CPU.
     baseline_stream: bool = False
+    # Overload: while the event loop runs this late (moving average), new requests are not
+    # mirrored (shadow_dropped{reason="overload"}): mirror work cannot starve the client
+    # path. 0 turns shedding off.
+    overload_lag_s: float = 0.01
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.sample_rate <= 1.0) or math.isnan(self.sample_rate):
@@ -76,6 +80,8 @@ class MirrorConfig:
             raise ConfigError(
                 f"--max-shadow-inflight must be >= 0, got {self.max_shadow_inflight!r}"
             )
+        if not self.overload_lag_s >= 0:
+            raise ConfigError(f"overload lag must be >= 0 s, got {self.overload_lag_s!r}")
         if self.tokenize_concurrency < 1:
             raise ConfigError(
                 f"tokenize concurrency must be >= 1, got {self.tokenize_concurrency!r}"

@@ -40,6 +40,8 @@ from proxy.store import RecordStore
 log = logging.getLogger(__name__)
 
 TokenSource = Literal["client", "tokenize", "none"]
+LAG_PROBE_S = 0.02
+LAG_SMOOTHING = 0.3  # weight of the newest probe in the moving average
 
 
 def _with_ids(capture: Capture, ids: tuple[int, ...]) -> Capture:
@@ -71,6 +73,20 @@ class Mirror:
         self.tokenize_slots = asyncio.Semaphore(config.tokenize_concurrency)
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
+        self.loop_lag_s = 0.0  # how late the loop runs, smoothed (watch_loop_lag)
+
+    async def watch_loop_lag(self, interval_s: float = LAG_PROBE_S) -> None:
+        """Keep `loop_lag_s` current: how much later than asked a short sleep wakes up.
+
+        Smoothed over a few probes, so one late wake-up (the process descheduled once)
+        does not shed mirrors; a loop that stays busy does.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time() + interval_s
+            await asyncio.sleep(interval_s)
+            lag = max(0.0, loop.time() - asked)
+            self.loop_lag_s += LAG_SMOOTHING * (lag - self.loop_lag_s)
 
     def wants(self, routes: Routes, headers: Mapping[str, str]) -> bool:
         """Cheap pre-check before the body is parsed: a shadow exists and the sampler says yes."""
@@ -85,6 +101,9 @@ class Mirror:
         """
         if self.inflight >= self.config.max_shadow_inflight or self.tasks.closing:
             self.metrics.shadow_dropped.labels("inflight_cap").inc()
+            return None
+        if 0 < self.config.overload_lag_s < self.loop_lag_s:
+            self.metrics.shadow_dropped.labels("overload").inc()
             return None
         exchange = Exchange(self, routes, f"{self._id_prefix}-{next(self._ids)}")
         exchange.launch(request.raw_path, headers, body, endpoint)
@@ -102,7 +121,7 @@ class Exchange:
         self.started_unix = time.time()
         self.primary_label = mirror.metrics.backend_label(routes.primary.url)
         self.builder = CaptureBuilder("primary", self.primary_label, perf_counter())
-        self.others: list[tuple[Role, asyncio.Task[Capture]]] = []
+        self.others: list[tuple[Role, asyncio.Future[Capture]]] = []
         self.auth: CIMultiDict[str] = CIMultiDict()
         self._held: list[Upstream] = [routes.primary.acquire()]
         self._starter: asyncio.Task[None] | None = None
@@ -140,6 +159,14 @@ class Exchange:
             body = prepared.shadow_body
             if role == "baseline" and self.meta.stream and not mirror.config.baseline_stream:
                 body = unstreamed(body)
+            if upstream.pool.down:
+                # Refused moments ago: recorded as a connect error, without a task or syscall.
+                t = perf_counter()
+                done: asyncio.Future[Capture] = asyncio.get_running_loop().create_future()
+                done.set_result(CaptureBuilder(role, label, t).finish(None, t, error="connect"))
+                self.others.append((role, done))
+                mirror.metrics.shadow_dropped.labels(f"{role}_down").inc()
+                continue
             coro = fetch_capture(upstream, role, label, path, headers, body,
                                  mirror.config.shadow_timeout_s)
             task = mirror.tasks.spawn(coro, f"{role}-{self.request_id}")

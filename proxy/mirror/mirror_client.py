@@ -25,7 +25,8 @@ Probe = Callable[[], "str | None"]  # an error that makes reading stop early, or
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE_S = 4.0  # below uvicorn's (vLLM's) 5 s keep-alive: never reuse a closing socket
-DOWN_S = 0.5  # after a refused connect, fail fast (no syscalls) for this long
+DOWN_S = 0.5  # after a refused connect, fail fast (no syscalls) for this long...
+MAX_DOWN_S = 8.0  # ...doubled on each refusal in a row, up to this
 _SIZE, _DATA, _CRLF, _TRAILER = range(4)
 
 
@@ -182,6 +183,11 @@ class MirrorConnection(asyncio.Protocol):
         if self._mode != "chunked":
             return b""
         buf = self._buf
+        if not buf and self._state == _SIZE:
+            # The usual read: whole chunks ("size CRLF data CRLF"), no copies through buf.
+            whole = self._whole_chunks(data)
+            if whole is not None:
+                return whole
         buf += data
         out: list[bytes] = []
         while buf:
@@ -218,6 +224,24 @@ class MirrorConnection(asyncio.Protocol):
                     break
         return out[0] if len(out) == 1 else b"".join(out)
 
+    def _whole_chunks(self, data: bytes) -> bytes | None:
+        """The payload when `data` is exactly whole non-final chunks; else None."""
+        pieces: list[bytes] = []
+        pos, end = 0, len(data)
+        while pos < end:
+            i = data.find(b"\r\n", pos)
+            line = data[pos:i]
+            if i < 0 or len(line) > 8 or not line.isalnum():
+                return None  # unfinished size line, chunk extension, ...: general path
+            size = int(line, 16)
+            start = i + 2
+            stop = start + size
+            if size <= 0 or stop + 2 > end or data[stop:stop + 2] != b"\r\n":
+                return None
+            pieces.append(data[start:stop])
+            pos = stop + 2
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
     def _finish(self) -> None:
         if self._done is not None and not self._done.done():
             self._done.set_result(self._status)
@@ -244,6 +268,7 @@ class MirrorPool:
         self._idle: list[MirrorConnection] = []
         self._closed = False
         self._down_until = 0.0
+        self._refusals = 0  # connects refused in a row
 
     async def _connection(self) -> MirrorConnection:
         now = time.monotonic()
@@ -260,9 +285,16 @@ class MirrorPool:
                 MirrorConnection, self.host, self.port, ssl=True if self.https else None,
             ), self.connect_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
-            self._down_until = time.monotonic() + DOWN_S
+            self._down_until = time.monotonic() + min(MAX_DOWN_S, DOWN_S * 2**self._refusals)
+            self._refusals = min(self._refusals + 1, 16)
             raise MirrorError("connect") from exc
+        self._refusals = 0
         return conn
+
+    @property
+    def down(self) -> bool:
+        """A recent connect was refused: requests fail at once, without a syscall."""
+        return time.monotonic() < self._down_until
 
     def request_bytes(self, path: str, headers: CIMultiDict[str], body: bytes) -> bytes:
         head = [f"POST {self.base_path}{path} HTTP/1.1", f"Host: {self.host_header}",

@@ -104,3 +104,9 @@ def test_port_in_use_is_a_clean_error(capsys):
                      "--primary", "http://127.0.0.1:1", "--shadow", "http://127.0.0.1:2"])
     assert code == 1
     assert "cannot start" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [-0.001, float("nan")])
+def test_negative_overload_lag_quoted(bad):
+    with pytest.raises(ConfigError, match="overload lag"):
+        MirrorConfig(overload_lag_s=bad)

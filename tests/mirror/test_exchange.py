@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from proxy.metrics import ProxyMetrics
-from proxy.mirror.app import METRICS_KEY, STORE_KEY
+from proxy.mirror.app import METRICS_KEY, MIRROR_KEY, STORE_KEY
+from proxy.mirror.config import MirrorConfig
+from proxy.mirror.exchange import Mirror
+from proxy.mirror.tasks import BackgroundTasks
 from proxy.store import SqliteStore
 
 GREEDY = {"model": "m", "prompt": "hi", "temperature": 0, "max_tokens": 8}
@@ -86,6 +91,52 @@ async def test_shadow_faults_become_records(backend, proxy, make_config, settle,
     (record,) = await _records(client, settle)
     assert _capture(record, "shadow").error == error
     assert record.comparisons[0].outcome in ("error", "not_comparable")
+
+
+async def test_dead_shadow_costs_no_task_after_the_first_refusal(backend, proxy, make_config,
+                                                                  settle, dead_url):
+    primary = await backend()
+    client = await proxy(make_config(primary.url, dead_url()))
+    for _ in range(3):
+        resp = await client.post("/v1/completions", json={**GREEDY, "stream": True})
+        assert (await resp.read()).endswith(b"data: [DONE]\n\n")
+    records = await _records(client, settle)
+    assert [_capture(r, "shadow").error for r in records] == ["connect"] * 3
+    metrics: ProxyMetrics = client.app[METRICS_KEY]
+    assert metrics.mirrored.labels("shadow")._value.get() == 1  # one real attempt
+    assert metrics.shadow_dropped.labels("shadow_down")._value.get() == 2
+
+
+async def test_overloaded_loop_sheds_new_mirrors_and_counts_them(backend, proxy, make_config,
+                                                                   settle):
+    primary, shadow = await backend(), await backend()
+    client = await proxy(make_config(primary.url, shadow.url, overload_lag_s=0.01))
+    mirror = client.app[MIRROR_KEY]
+    mirror.loop_lag_s = 0.05
+    resp = await client.post("/v1/completions", json={**GREEDY, "stream": True})
+    assert (await resp.read()).endswith(b"data: [DONE]\n\n")  # the client is served
+    assert await _records(client, settle) == []
+    metrics: ProxyMetrics = client.app[METRICS_KEY]
+    assert metrics.shadow_dropped.labels("overload")._value.get() == 1
+    mirror.loop_lag_s = 0.0
+    resp = await client.post("/v1/completions", json={**GREEDY, "stream": True})
+    await resp.read()
+    assert len(await _records(client, settle)) == 1
+
+
+async def test_loop_lag_watch_sees_a_busy_loop_not_one_late_wake_up():
+    mirror = Mirror(MirrorConfig(), BackgroundTasks(), ProxyMetrics(CollectorRegistry()), None)
+    watch = asyncio.create_task(mirror.watch_loop_lag(0.005))
+    await asyncio.sleep(0.05)
+    assert mirror.loop_lag_s < 0.01
+    time.sleep(0.02)  # noqa: ASYNC251 - one late wake-up: smoothed below 0.01 s
+    await asyncio.sleep(0.006)
+    assert 0.0 < mirror.loop_lag_s < 0.01
+    for _ in range(8):  # a loop that stays busy
+        time.sleep(0.03)  # noqa: ASYNC251 - blocking is the point: a busy loop
+        await asyncio.sleep(0.006)
+    assert mirror.loop_lag_s > 0.01
+    watch.cancel()
 
 
 async def test_shadow_timeout(backend, proxy, make_config, settle):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -17,8 +18,10 @@ CHUNKED = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
            + EVENTS[16:] + b"\r\n0\r\nX-Trailer: y\r\n\r\n")
 
 
-def _feed_all(answer: bytes, cut: int, lose: bool = False) -> tuple[int, bytes, list[str]]:
-    """Drive a connection with `answer` split at `cut`; return status, payload, content type."""
+def _feed_all(answer: bytes, cut: int | list[int],
+              lose: bool = False) -> tuple[int, bytes, list[str]]:
+    """Drive a connection with `answer` split at `cut`(s); return status, payload, content type."""
+    cuts = sorted(cut) if isinstance(cut, list) else [cut]
     loop = asyncio.new_event_loop()
     try:
         conn = MirrorConnection()
@@ -38,8 +41,8 @@ def _feed_all(answer: bytes, cut: int, lose: bool = False) -> tuple[int, bytes, 
 
         async def run() -> int:
             done = conn.start(b"req", on_head, lambda: None, 1 << 20)
-            conn.data_received(answer[:cut])
-            conn.data_received(answer[cut:])
+            for start, stop in zip([0, *cuts], [*cuts, len(answer)]):
+                conn.data_received(answer[start:stop])
             if lose:  # the server closes in the same loop pass as its last bytes
                 conn.connection_lost(None)
             return await asyncio.wait_for(done, 1)
@@ -54,6 +57,25 @@ def _feed_all(answer: bytes, cut: int, lose: bool = False) -> tuple[int, bytes, 
 def test_chunked_any_split(cut):
     status, payload, types = _feed_all(CHUNKED, cut)
     assert (status, payload, types) == (200, EVENTS, ["text/event-stream"])
+
+
+def test_many_chunks_read_whole_or_split_anywhere():
+    rng = random.Random(7)
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    events = [b'data: {"i": %d, "t": "%s"}\n\n' % (i, b"x" * rng.randint(0, 300))
+              for i in range(40)]
+    body = b"".join((b"%x" if i % 3 else b"%X") % len(e) + (b";e=1" if i == 5 else b"")
+                    + b"\r\n" + e + b"\r\n" for i, e in enumerate(events))
+    answer = head + body + b"0\r\n\r\n"
+    bounds = [len(head)]
+    for e in events:
+        bounds.append(bounds[-1] + len(b"%x" % len(e)) + (4 if len(bounds) == 6 else 0)
+                      + 4 + len(e))
+    for trial in range(60):
+        cuts = rng.sample(bounds, 10) if trial % 2 else rng.sample(range(1, len(answer)), 12)
+        status, payload, _ = _feed_all(answer, cuts)
+        assert (status, payload) == (200, b"".join(events)), cuts
 
 
 def test_close_delimited_same_pass_keeps_all_payload():
@@ -219,3 +241,32 @@ async def test_dead_backend_fails_fast_then_retries(monkeypatch):
         await pool.post("/", CIMultiDict(), b"", lambda s, c: lambda d, t: None,
                         lambda: None, 1 << 20)
     assert attempts == 2
+
+
+async def test_refusals_in_a_row_back_off_exponentially_until_a_connect_works(monkeypatch):
+    from proxy.mirror import mirror_client
+
+    pool = MirrorPool("http://127.0.0.1:9")
+    clock = [100.0]
+    monkeypatch.setattr(mirror_client.time, "monotonic", lambda: clock[0])
+
+    async def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise ConnectionRefusedError
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", refuse)
+    windows = []
+    for _ in range(7):
+        with pytest.raises(MirrorError, match="connect"):
+            await pool._connection()
+        assert pool.down
+        windows.append(pool._down_until - clock[0])
+        clock[0] = pool._down_until
+    assert windows == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert not pool.down
+
+    async def accept(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return None, MirrorConnection()
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", accept)
+    await pool._connection()
+    assert pool._refusals == 0
