@@ -83,6 +83,8 @@ def mirroring_proxy(
         python(), "-m", "proxy", "--log-level", "WARNING", "proxy",
         "--host", "127.0.0.1", "--port", str(port), "--primary", primary,
         "--sample-rate", str(sample_rate), "--db", str(db_path),
+        # No overload shedding: every sampled request is really mirrored and captured.
+        "--overload-lag-ms", "0",
     ]
     if shadow:
         argv += ["--shadow", shadow]

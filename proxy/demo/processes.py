@@ -103,7 +103,9 @@ def sim_ready(name: str, process: subprocess.Popen[str], timeout_s: float = 20.0
 
 def start_proxy(argv: Sequence[str], port: int, admin_port: int) -> Child:
     process = _spawn(
-        ["proxy", "--host", LOOPBACK, "--port", str(port), "--admin-port", str(admin_port), *argv],
+        # The demo shows every exchange compared: no overload shedding on a busy laptop.
+        ["proxy", "--host", LOOPBACK, "--port", str(port), "--admin-port", str(admin_port),
+         "--overload-lag-ms", "0", *argv],
         capture_stdout=False,
     )
     return Child("proxy", process, f"http://{LOOPBACK}:{port}", f"http://{LOOPBACK}:{admin_port}")

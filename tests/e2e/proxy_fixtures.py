@@ -238,7 +238,9 @@ def start_proxy(
     argv = [sys.executable, "-m", "proxy", "--log-level", "WARNING", "proxy",
             "--host", HOST, "--port", str(port), "--primary", primary, "--shadow", shadow,
             "--sample-rate", "1", "--db", str(db_path), "--admin-port", str(admin_port),
-            "--admin-token", ADMIN_TOKEN, *extra_args]
+            "--admin-token", ADMIN_TOKEN,
+            # Counts are asserted exactly: no mirror may be shed on a busy CI machine.
+            "--overload-lag-ms", "0", *extra_args]
     if baseline is not None:
         argv += ["--baseline", baseline]
     proc = spawn(argv, port=port, log_path=work_dir / "proxy.log",
