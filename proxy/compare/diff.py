@@ -118,6 +118,8 @@ def _sequences(
     """(primary sequence, other sequence, basis, note for the reason)."""
     if primary.token_ids is not None and other.token_ids is not None:
         return primary.token_ids, other.token_ids, "token_ids", ""
+    if primary.text == other.text:
+        return primary.text, other.text, "text", "identical text"
     if primary.sampled_tokens is not None and other.sampled_tokens is not None:
         return primary.sampled_tokens, other.sampled_tokens, "logprob_tokens", (
             "compared logprob token strings (token ids missing)")

@@ -1,8 +1,9 @@
 """The mirroring proxy: relay to the primary, mirror to shadow/baseline, compare, record.
 
-config (typed settings) -> app (factory, handler, lifecycle) -> relay (primary path,
-aiohttp) and exchange (one mirrored request: shadow.fetch_capture over mirror_client,
-token ids, compare, record); routing (run-time routes, pools per lane), admin (routes,
+config (typed settings) -> app (factory, handler, lifecycle) -> relay (primary path:
+aiohttp server, body written from the upstream socket) and exchange (one mirrored
+request: shadow.fetch_capture, token ids, compare, record); http1 (the lean upstream
+client both lanes use); routing (run-time routes, pools per lane), admin (routes,
 swap, gate, stats, records, /metrics), verdict (gate off the loop), tasks (background
 tasks), server (listeners, signals, graceful shutdown).
 """

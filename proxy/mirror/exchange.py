@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import Literal
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -33,13 +32,13 @@ from proxy.metrics import ProxyMetrics
 from proxy.mirror.config import MirrorConfig
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.routing import Routes, Upstream
-from proxy.mirror.shadow import Sampler, fetch_capture, tokenize
+from proxy.mirror.shadow import Sampler, fetch_capture, mirror_headers, tokenize
 from proxy.mirror.tasks import BackgroundTasks
 from proxy.store import RecordStore
 
 log = logging.getLogger(__name__)
 
-TokenSource = Literal["client", "tokenize", "none"]
+TokenSource = Literal["client", "tokenize", "equal_text", "none"]
 LAG_PROBE_S = 0.02
 LAG_SMOOTHING = 0.3  # weight of the newest probe in the moving average
 
@@ -150,6 +149,7 @@ class Exchange:
             mirror.metrics.shadow_dropped.labels("malformed_json").inc()
             return
         self.meta = prepared.meta
+        headers = mirror_headers(headers)
         sides: tuple[tuple[Role, Upstream | None], ...] = (
             ("shadow", self.routes.shadow), ("baseline", self.routes.baseline))
         for role, upstream in sides:
@@ -174,9 +174,9 @@ class Exchange:
                 self.others.append((role, task))
                 mirror.metrics.mirrored.labels(role).inc()
 
-    def tap_for(self, response: aiohttp.ClientResponse) -> ChunkTap:
+    def tap_for(self, content_type: str) -> ChunkTap:
         """Where the primary's relayed chunks go (SSE decoder or JSON body)."""
-        if response.content_type == "text/event-stream":
+        if content_type == "text/event-stream":
             return self.builder.on_chunk
         return self.builder.on_body
 
@@ -229,6 +229,15 @@ class Exchange:
                     primary = dataclasses.replace(primary, output_tokens=len(ids[primary.text]))
             return "none", primary, others
         texts = {primary.text} | {c.text for c in usable}
+        if len(texts) == 1:
+            # Equal texts give equal ids: nothing to re-tokenize. The primary's length, if
+            # it sent no usage, is the engine's count on a side that produced the same text.
+            if primary.output_tokens is None:
+                count = next((c.output_tokens for c in usable if c.output_tokens is not None),
+                             None)
+                primary = dataclasses.replace(primary, output_tokens=count)
+            if primary.output_tokens is not None:
+                return "equal_text", primary, others
         ids = await self._tokenize_all(texts)
         if ids is None:
             return "none", primary, others

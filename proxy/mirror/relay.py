@@ -1,7 +1,9 @@
 """Forwarding to the primary: headers in and out, raw bytes relayed chunk by chunk.
 
-The client gets the primary's status, headers (minus hop-by-hop) and body bytes
-unchanged, each chunk written as soon as it arrives. Errors the proxy itself
+The request goes out on the primary lane's `Http1Pool`. The client gets the primary's
+status and headers (minus hop-by-hop) through aiohttp's response, and its body bytes
+unchanged, each piece written from the upstream socket's callback as soon as it
+arrives (`_ClientSink`), never buffered. Errors the proxy itself
 produces are marked (`X-Vllm-Cutover-Error: 1` and a JSON body whose error type
 is `vllm_cutover_proxy_error`) so nobody mistakes them for vLLM's answers.
 """
@@ -14,12 +16,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
+from typing import cast
 
-import aiohttp
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http import HttpVersion11
 from multidict import CIMultiDict, CIMultiDictProxy
-from yarl import URL
 
+from proxy.mirror.http1 import Http1Connection, UpstreamError
 from proxy.mirror.routing import Upstream
 
 log = logging.getLogger(__name__)
@@ -34,7 +38,9 @@ HOP_BY_HOP = frozenset({
 # already read, so an Expect: 100-continue would only cost the upstream a round trip.
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
 ChunkTap = Callable[[bytes, float], None]
-TapFactory = Callable[[aiohttp.ClientResponse], ChunkTap]
+TapFactory = Callable[[str], ChunkTap]  # content type -> tap
+CLIENT_GONE = "client_gone"
+WRITE_HIGH_BYTES = 64 * 1024  # client write buffer above this: pause reading the primary
 
 
 def _connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
@@ -59,8 +65,19 @@ def request_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
     return filter_headers(headers, _REQUEST_DROP)
 
 
-def response_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    return filter_headers(headers, HOP_BY_HOP)
+def response_headers(headers: tuple[tuple[str, str], ...], chunked: bool) -> CIMultiDict[str]:
+    """The primary's answer headers for the client (a chunked body drops Content-Length)."""
+    extra: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection":
+            extra.update(t.strip().lower() for t in value.split(","))
+    drop = HOP_BY_HOP | {"content-length"} if chunked else HOP_BY_HOP
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers:
+        lower = name.lower()
+        if lower not in drop and lower not in extra:
+            out.add(name, value)
+    return out
 
 
 def proxy_error(status: int, message: str) -> web.Response:
@@ -70,19 +87,96 @@ def proxy_error(status: int, message: str) -> web.Response:
                         headers={PROXY_ERROR_HEADER: "1"})
 
 
-def upstream_url(upstream: Upstream, request: web.BaseRequest) -> URL:
-    return URL(upstream.url + request.raw_path, encoded=True)
-
-
 @dataclass
 class RelayResult:
     """What happened on the primary path (mutable: filled while relaying)."""
 
     status: int | None = None
-    error: str | None = None  # "connect", "timeout", "reset", ...
+    error: str | None = None  # "connect", "timeout", "reset", "bad_response"
     cancelled: bool = False  # the client went away
     capture_failed: bool = False
     t_end: float = 0.0
+
+
+class _ClientSink:
+    """Writes the primary's body to the client from the upstream's data_received.
+
+    No task wakes up per chunk: each payload goes to the client's transport as it is
+    parsed, framed the way aiohttp announced the response (chunked or raw), then to the
+    capture tap. When the client reads slower than the primary writes, the primary's
+    socket is paused until aiohttp's writer has drained.
+    """
+
+    __slots__ = ("chunked", "conn", "draining", "result", "tap", "transport", "writer")
+
+    def __init__(self, conn: Http1Connection, writer: AbstractStreamWriter,
+                 transport: asyncio.Transport, chunked: bool, tap: ChunkTap | None,
+                 result: RelayResult) -> None:
+        self.conn = conn
+        self.writer = writer
+        self.transport = transport
+        self.chunked = chunked
+        self.tap = tap
+        self.result = result
+        self.draining: asyncio.Task[None] | None = None
+
+    def feed(self, payload: bytes, t: float) -> None:
+        transport = self.transport
+        if transport.is_closing():
+            self.conn.fail(CLIENT_GONE)
+            return
+        if self.chunked:
+            transport.write(b"%x\r\n%b\r\n" % (len(payload), payload))
+        else:
+            transport.write(payload)
+        if self.tap is not None:
+            try:
+                self.tap(payload, t)
+            except Exception:  # capture must never break the client
+                log.exception("capture failed; relaying on without it")
+                self.tap = None
+                self.result.capture_failed = True
+        if self.draining is None and transport.get_write_buffer_size() > WRITE_HIGH_BYTES:
+            self.conn.pause_reading()
+            self.draining = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            await self.writer.drain()
+        except (ConnectionError, RuntimeError):
+            return  # the client left: the next write (or aiohttp's cancel) ends it
+        finally:
+            self.draining = None
+        self.conn.resume_reading()
+
+    def close(self) -> None:
+        if self.draining is not None:
+            self.draining.cancel()
+
+
+def _chunking(request: web.BaseRequest, out: web.StreamResponse) -> bool:
+    """Whether the client's response is chunked (no length, HTTP/1.1): then ask for it."""
+    if out.content_length is not None or request.version < HttpVersion11:
+        return False
+    out.enable_chunked_encoding()
+    return True
+
+
+def _head_error(upstream: Upstream, kind: str, result: RelayResult) -> web.Response:
+    """The proxy's answer when no head came from the primary."""
+    result.error = kind
+    result.t_end = perf_counter()
+    if kind == "timeout":
+        return proxy_error(504, f"timed out connecting to the primary {upstream.url}")
+    if kind == "connect":
+        if upstream.should_warn():
+            log.warning("primary %s unreachable", upstream.url)
+        return proxy_error(502, f"primary {upstream.url} unreachable: connection refused or failed")
+    if upstream.should_warn():
+        log.warning("primary %s gave no valid answer: %s", upstream.url, kind)
+    what = "closed the connection without an answer" if kind == "reset" \
+        else "sent an invalid HTTP answer"
+    return proxy_error(502, f"primary {upstream.url} {what}")
 
 
 async def relay(
@@ -95,67 +189,64 @@ async def relay(
 ) -> web.StreamResponse:
     """Send the request to `upstream` and stream its answer to the client.
 
-    `tap_for(response)` gives a `tap(chunk, t)` that sees every relayed chunk after
+    `tap_for(content_type)` gives a `tap(chunk, t)` that sees every relayed chunk after
     it was written to the client (t: when it was read); a failing tap is dropped.
-    On cancellation (client gone) the upstream response is closed at once, which
+    On cancellation (client gone) the upstream connection is closed at once, which
     makes vLLM abort the generation, and the CancelledError propagates.
     """
+    pool = upstream.pool
     try:
-        upstream_resp = await upstream.http.request(
-            request.method, upstream_url(upstream, request), headers=headers,
-            data=body if body else None, allow_redirects=False,
-        )
+        conn = await pool.open(request.method, request.raw_path, headers, body)
     except asyncio.CancelledError:
         result.cancelled = True
         result.t_end = perf_counter()
         raise
-    except asyncio.TimeoutError:
-        result.error = "timeout"
-        result.t_end = perf_counter()
-        return proxy_error(504, f"timed out connecting to the primary {upstream.url}")
-    except (aiohttp.ClientError, OSError) as exc:
-        result.error = "connect"
-        result.t_end = perf_counter()
-        if upstream.should_warn():
-            log.warning("primary %s unreachable: %s", upstream.url, exc)
-        return proxy_error(502, f"primary {upstream.url} unreachable: {type(exc).__name__}")
-
-    result.status = upstream_resp.status
-    out = web.StreamResponse(status=upstream_resp.status, reason=upstream_resp.reason,
-                             headers=response_headers(upstream_resp.headers))
+    except UpstreamError as exc:
+        return _head_error(upstream, exc.kind, result)
+    head = conn.head
+    assert head is not None
+    result.status = head.status
+    out = web.StreamResponse(status=head.status, reason=head.reason or None,
+                             headers=response_headers(head.headers, head.chunked))
+    sink: _ClientSink | None = None
     try:
-        await out.prepare(request)
-        tap = tap_for(upstream_resp) if tap_for is not None else None
-        async for chunk in upstream_resp.content.iter_any():
-            t = perf_counter()  # arrival as the mirror lane stamps it, not after the write
-            await out.write(chunk)
-            if tap is not None:
-                try:
-                    tap(chunk, t)
-                except Exception:  # capture must never break the client
-                    log.exception("capture failed; relaying on without it")
-                    tap = None
-                    result.capture_failed = True
-        result.t_end = perf_counter()
-    except asyncio.CancelledError:
-        result.cancelled = True
-        result.t_end = perf_counter()
-        upstream_resp.close()
-        raise
-    except (aiohttp.ClientError, OSError) as exc:
-        result.t_end = perf_counter()
-        upstream_resp.close()
+        chunked = _chunking(request, out)
+        try:
+            writer = await out.prepare(request)
+        except ValueError as exc:  # a header aiohttp refuses to send (control characters)
+            conn.abort()
+            result.status = None
+            log.warning("primary %s sent a header the proxy cannot relay: %s", upstream.url, exc)
+            return _head_error(upstream, "bad_response", result)
         transport = request.transport
-        if transport is None or transport.is_closing():
+        if writer is None or transport is None or transport.is_closing():
+            raise ConnectionResetError("client gone")
+        tap = tap_for(head.content_type) if tap_for is not None else None
+        sink = _ClientSink(conn, writer, cast(asyncio.Transport, transport), chunked, tap, result)
+        await conn.attach(sink.feed)
+        result.t_end = perf_counter()
+        pool.release(conn)
+    except asyncio.CancelledError:
+        result.cancelled = True
+        result.t_end = perf_counter()
+        conn.abort()
+        raise
+    except (UpstreamError, ConnectionError) as exc:
+        result.t_end = perf_counter()
+        conn.abort()
+        transport = request.transport
+        if isinstance(exc, ConnectionError) or exc.kind == CLIENT_GONE \
+                or transport is None or transport.is_closing():
             result.cancelled = True
         else:
             # The primary broke mid-answer: end the client's connection the same way
             # (no clean end of body), as if it had talked to the primary directly.
             result.error = "reset"
+            result.capture_failed = result.capture_failed or exc.kind != "reset"
             if upstream.should_warn():
-                log.warning("primary %s failed mid-response: %s", upstream.url,
-                            type(exc).__name__)
+                log.warning("primary %s failed mid-response: %s", upstream.url, exc.kind)
             transport.close()
     finally:
-        upstream_resp.release()
+        if sink is not None:
+            sink.close()
     return out

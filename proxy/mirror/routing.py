@@ -16,28 +16,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import aiohttp
-
 from proxy.mirror.config import RouteConfig
-from proxy.mirror.mirror_client import MirrorPool
+from proxy.mirror.http1 import Http1Pool
 
 log = logging.getLogger(__name__)
 
 Lane = Literal["primary", "mirror"]
-Client = aiohttp.ClientSession | MirrorPool
-SessionFactory = Callable[[Lane, str], Client]
+SessionFactory = Callable[[Lane, str], Http1Pool]
 
 
 class Upstream:
-    """One backend URL in one lane: its client (pool) and a count of the requests using it.
-
-    The primary lane talks through an aiohttp ClientSession (it relays); the mirror lane
-    through a MirrorPool (it only captures).
-    """
+    """One backend URL in one lane: its connection pool and a count of the requests using it."""
 
     __slots__ = ("_router", "active", "lane", "last_warning", "session", "url", "users")
 
-    def __init__(self, url: str, lane: Lane, session: Client, router: Router) -> None:
+    def __init__(self, url: str, lane: Lane, session: Http1Pool, router: Router) -> None:
         self.url = url
         self.lane = lane
         self.session = session
@@ -51,17 +44,7 @@ class Upstream:
         return self
 
     @property
-    def http(self) -> aiohttp.ClientSession:
-        """The primary lane's aiohttp session."""
-        if not isinstance(self.session, aiohttp.ClientSession):
-            raise TypeError(f"{self.url} is a mirror upstream, not a primary one")
-        return self.session
-
-    @property
-    def pool(self) -> MirrorPool:
-        """The mirror lane's connection pool."""
-        if not isinstance(self.session, MirrorPool):
-            raise TypeError(f"{self.url} is a primary upstream, not a mirror one")
+    def pool(self) -> Http1Pool:
         return self.session
 
     def should_warn(self, every_s: float = 5.0) -> bool:
@@ -167,27 +150,9 @@ class Router:
 
 
 def make_session_factory(connect_timeout_s: float) -> SessionFactory:
-    """Primary: sessions that relay raw bytes (no decompression, cookie jar or auto headers).
+    """Keep-alive pools; the mirror lane's fail fast while their backend refuses."""
 
-    Mirror: lean pools; their in-flight count is bounded by the mirror's own cap.
-    """
-
-    def factory(lane: Lane, url: str) -> Client:
-        if lane == "mirror":
-            return MirrorPool(url, connect_timeout_s)
-        connector = aiohttp.TCPConnector(
-            limit=0,
-            limit_per_host=0,
-            keepalive_timeout=30,
-            enable_cleanup_closed=False,
-        )
-        return aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
-            read_bufsize=2**16,
-        )
+    def factory(lane: Lane, url: str) -> Http1Pool:
+        return Http1Pool(url, connect_timeout_s, fail_fast=lane == "mirror")
 
     return factory

@@ -9,22 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import random
 from collections.abc import Mapping
 from time import perf_counter
 
-import aiohttp
 from multidict import CIMultiDict
 
 from proxy.compare.capture import CaptureBuilder
 from proxy.compare.types import Capture, Role
-from proxy.mirror.mirror_client import Feed, MirrorError
+from proxy.mirror.http1 import Feed, Http1Connection, UpstreamError
 from proxy.mirror.routing import Upstream
 
 log = logging.getLogger(__name__)
 
 MAX_SHADOW_RESPONSE_BYTES = 64 * 1024 * 1024
+MAX_TOKENIZE_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
 class Sampler:
@@ -50,6 +51,13 @@ class Sampler:
         return self._random() < self.rate
 
 
+def mirror_headers(headers: CIMultiDict[str]) -> CIMultiDict[str]:
+    """The client's headers for a mirrored request, asking for an uncompressed answer."""
+    out = headers.copy()
+    out.popall("Accept-Encoding", None)  # identity: the capture reads the bytes
+    return out
+
+
 async def fetch_capture(
     upstream: Upstream,
     role: Role,
@@ -61,32 +69,38 @@ async def fetch_capture(
 ) -> Capture:
     """POST the mirrored request and capture the answer; never raises.
 
-    Cancellation (the client went away, or shutdown) closes the connection, so the
-    backend aborts the generation, and yields a Capture marked cancelled.
+    `headers` are already as `mirror_headers` makes them. Cancellation (the client
+    went away, or shutdown) closes the connection, so the backend aborts the
+    generation, and yields a Capture marked cancelled.
     """
     builder = CaptureBuilder(role, label, perf_counter())
     status: int | None = None
 
-    def on_head(code: int, content_type: str) -> Feed:
+    def feed_for(conn: Http1Connection) -> Feed:
         nonlocal status
-        status = code
-        if content_type.startswith("text/event-stream"):
-            return builder.on_chunk
-        return builder.on_body
+        assert conn.head is not None
+        status = conn.head.status
+        parse = builder.on_chunk if conn.head.content_type == "text/event-stream" \
+            else builder.on_body
 
-    def probe() -> str | None:
-        return builder.error
+        def feed(payload: bytes, t: float) -> None:
+            parse(payload, t)
+            if builder.error is not None:
+                conn.fail(builder.error)  # garbage: stop reading at once
+            elif conn.received > MAX_SHADOW_RESPONSE_BYTES:
+                conn.fail("too_large")
+
+        return feed
 
     try:
-        await asyncio.wait_for(
-            upstream.pool.post(path, headers, body, on_head, probe, MAX_SHADOW_RESPONSE_BYTES),
-            timeout_s)
+        await asyncio.wait_for(upstream.pool.fetch("POST", path, headers, body, feed_for),
+                               timeout_s)
         return builder.finish(status, perf_counter())
     except asyncio.CancelledError:
         return builder.finish(status, perf_counter(), cancelled=True)
     except asyncio.TimeoutError:
         return builder.finish(status, perf_counter(), error="timeout")
-    except MirrorError as exc:
+    except UpstreamError as exc:
         return builder.finish(status, perf_counter(), error=builder.error or exc.kind)
     except Exception as exc:  # noqa: BLE001 - a shadow must never take the proxy down
         log.warning("%s %s: unexpected %s", role, upstream.url, type(exc).__name__)
@@ -99,17 +113,29 @@ async def tokenize(
     headers: CIMultiDict[str],
     timeout_s: float,
 ) -> tuple[int, ...] | None:
-    """Token ids of `text` from the backend's /tokenize (no special tokens); None on failure."""
-    payload = {"prompt": text, "add_special_tokens": False}
+    """Token ids of `text` from the backend's /tokenize (no special tokens); None on failure.
+
+    `headers` carry the client's Authorization and `Content-Type: application/json`.
+    """
+    payload = json.dumps({"prompt": text, "add_special_tokens": False},
+                         ensure_ascii=False).encode()
+    parts: list[bytes] = []
+
+    def feed_for(conn: Http1Connection) -> Feed:
+        def feed(data: bytes, t: float) -> None:
+            parts.append(data)
+            if conn.received > MAX_TOKENIZE_RESPONSE_BYTES:
+                conn.fail("too_large")
+
+        return feed
+
     try:
-        async with upstream.http.post(
-            upstream.url + "/tokenize", json=payload, headers=headers,
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
-        ) as resp:
-            if resp.status != 200:
-                return None
-            data = await resp.json(content_type=None)
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError):
+        head = await asyncio.wait_for(
+            upstream.pool.fetch("POST", "/tokenize", headers, payload, feed_for), timeout_s)
+        if head.status != 200:
+            return None
+        data = json.loads(b"".join(parts))
+    except (UpstreamError, asyncio.TimeoutError, ValueError):
         return None
     tokens = data.get("tokens") if isinstance(data, dict) else None
     if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):

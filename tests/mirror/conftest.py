@@ -30,6 +30,8 @@ class FakeBackend:
     seen: list[dict[str, Any]] = field(default_factory=list)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     gate: asyncio.Event | None = None  # when set: wait for it after the first chunk
+    sent: int = 0  # bytes written by many_bytes
+    tokenized: int = 0  # /tokenize calls
     url: str = ""
 
     def app(self) -> web.Application:
@@ -39,7 +41,20 @@ class FakeBackend:
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_route("*", "/echo/{tail:.*}", self.echo)
+        app.router.add_get("/bytes/{n}", self.many_bytes)
         return app
+
+    async def many_bytes(self, request: web.Request) -> web.StreamResponse:
+        """`n` bytes streamed in 64 KiB writes; `sent` counts what left (backpressure tests)."""
+        total = int(request.match_info["n"])
+        resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        await resp.prepare(request)
+        block = bytes(range(256)) * 256
+        while self.sent < total:
+            piece = block[:total - self.sent]
+            await resp.write(piece)
+            self.sent += len(piece)
+        return resp
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(text="vllm:num_requests_running 0\n")
@@ -53,6 +68,7 @@ class FakeBackend:
 
     async def tokenize(self, request: web.Request) -> web.Response:
         data = await request.json()
+        self.tokenized += 1
         return web.json_response({"tokens": [ord(c) for c in data["prompt"]]})
 
     def _chunk(self, i: int, word: str, chat: bool, ids: bool) -> bytes:
@@ -137,6 +153,8 @@ def backend(aiohttp_server: Any) -> Start:
 def _make_config(primary: str, shadow: str | None, baseline: str | None = None,
                 **mirror: Any) -> ProxyConfig:
     extra = {k: mirror.pop(k) for k in ("max_body_bytes", "store", "gate") if k in mirror}
+    # No overload shedding unless a test asks: a busy CI machine must not drop mirrors.
+    mirror.setdefault("overload_lag_s", 0.0)
     return ProxyConfig(routes=RouteConfig(primary, shadow, baseline), port=0,
                        mirror=MirrorConfig(**mirror), admin=AdminConfig(token=TOKEN),
                        **extra)

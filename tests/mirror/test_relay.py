@@ -146,3 +146,38 @@ async def test_primary_reset_mid_stream_reaches_client_as_broken_stream(backend,
     await settle(client.app)
     (record,) = await client.app[STORE_KEY].call(lambda s: list(s.records()))
     assert record.captures[0].role == "primary" and record.captures[0].error == "reset"
+
+
+async def test_a_slow_client_pauses_the_primary_nothing_piles_up(backend, proxy, make_config):
+    """Backpressure: while the client reads nothing, the primary cannot send much more."""
+    primary = await backend()
+    client = await proxy(make_config(primary.url, None))
+    total = 256 * 1024 * 1024
+    resp = await client.get(f"/bytes/{total}")
+    first = await resp.content.readexactly(65536)
+    await asyncio.sleep(0.5)
+    stalled_at = primary.sent
+    await asyncio.sleep(0.3)
+    assert primary.sent == stalled_at < total // 4  # socket buffers, not the proxy's memory
+    received = len(first)
+    expected = bytes(range(256)) * 256
+    while chunk := await resp.content.read(1 << 20):
+        offset = received % len(expected)
+        assert chunk[:64] == (expected + expected)[offset:offset + 64]
+        received += len(chunk)
+    assert received == total == primary.sent
+
+
+async def test_http10_client_gets_a_close_delimited_stream(backend, proxy, make_config):
+    primary = await backend()
+    client = await proxy(make_config(primary.url, None))
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    body = json.dumps({"prompt": "hi", "stream": True, "temperature": 0}).encode()
+    writer.write(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+    answer = await asyncio.wait_for(reader.read(), 5)  # to EOF: the proxy closes at the end
+    writer.close()
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
+    direct = b"".join(primary._chunk(i, w, False, False) for i, w in enumerate(primary.words))
+    assert payload == direct + b"data: [DONE]\n\n"

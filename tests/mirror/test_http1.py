@@ -1,4 +1,4 @@
-"""The lean mirror client: de-chunking across any split, body framings, keep-alive, errors."""
+"""The lean upstream client: de-chunking across any split, body framings, keep-alive, errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from multidict import CIMultiDict
 
-from proxy.mirror.mirror_client import Feed, MirrorConnection, MirrorError, MirrorPool
+from proxy.mirror.http1 import Feed, Http1Connection, Http1Pool, UpstreamError
 
 EVENTS = b"data: {\"a\": 1}\n\ndata: [DONE]\n\n"
 CHUNKED = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -18,45 +18,62 @@ CHUNKED = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
            + EVENTS[16:] + b"\r\n0\r\nX-Trailer: y\r\n\r\n")
 
 
-def _feed_all(answer: bytes, cut: int | list[int],
-              lose: bool = False) -> tuple[int, bytes, list[str]]:
-    """Drive a connection with `answer` split at `cut`(s); return status, payload, content type."""
+class _Transport:
+    def __init__(self) -> None:
+        self.paused = False
+
+    def write(self, data: bytes) -> None: ...
+    def close(self) -> None: ...
+    def abort(self) -> None: ...
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+def _feed_all(answer: bytes, cut: int | list[int], lose: bool = False,
+              late: bool = False) -> tuple[int, bytes, list[str]]:
+    """Drive a connection with `answer` split at `cut`(s); return status, payload, content type.
+
+    The feed is attached as soon as the head is in, or (`late`) after all bytes arrived,
+    so both the direct and the held delivery are exercised.
+    """
     cuts = sorted(cut) if isinstance(cut, list) else [cut]
     loop = asyncio.new_event_loop()
     try:
-        conn = MirrorConnection()
-
-        class Transport:
-            def write(self, data: bytes) -> None: ...
-            def close(self) -> None: ...
-            def abort(self) -> None: ...
-
-        conn.transport = Transport()  # type: ignore[assignment]
+        conn = Http1Connection()
+        conn.transport = _Transport()  # type: ignore[assignment]
         got: list[bytes] = []
-        types: list[str] = []
-
-        def on_head(status: int, content_type: str) -> Callable[[bytes, float], None]:
-            types.append(content_type)
-            return lambda data, t: got.append(data)
 
         async def run() -> int:
-            done = conn.start(b"req", on_head, lambda: None, 1 << 20)
+            head = conn.send(b"req")
+            done = None
             for start, stop in zip([0, *cuts], [*cuts, len(answer)]):
                 conn.data_received(answer[start:stop])
+                if head.done() and done is None and not late:
+                    done = conn.attach(lambda data, t: got.append(data))
             if lose:  # the server closes in the same loop pass as its last bytes
                 conn.connection_lost(None)
-            return await asyncio.wait_for(done, 1)
+            if done is None:
+                done = conn.attach(lambda data, t: got.append(data))
+            await asyncio.wait_for(done, 1)
+            assert not conn.transport.paused  # type: ignore[union-attr]
+            return (await head).status
 
         status = loop.run_until_complete(run())
-        return status, b"".join(got), types
+        assert conn.head is not None
+        return status, b"".join(got), [conn.head.content_type]
     finally:
         loop.close()
 
 
 @pytest.mark.parametrize("cut", range(0, len(CHUNKED) + 1, 3))
 def test_chunked_any_split(cut):
-    status, payload, types = _feed_all(CHUNKED, cut)
-    assert (status, payload, types) == (200, EVENTS, ["text/event-stream"])
+    for late in (False, True):
+        status, payload, types = _feed_all(CHUNKED, cut, late=late)
+        assert (status, payload, types) == (200, EVENTS, ["text/event-stream"])
 
 
 def test_many_chunks_read_whole_or_split_anywhere():
@@ -74,7 +91,7 @@ def test_many_chunks_read_whole_or_split_anywhere():
                       + 4 + len(e))
     for trial in range(60):
         cuts = rng.sample(bounds, 10) if trial % 2 else rng.sample(range(1, len(answer)), 12)
-        status, payload, _ = _feed_all(answer, cuts)
+        status, payload, _ = _feed_all(answer, cuts, late=trial % 4 == 1)
         assert (status, payload) == (200, b"".join(events)), cuts
 
 
@@ -97,6 +114,15 @@ async def _serve(handler: ServeFn) -> tuple[asyncio.Server, str]:
     return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/base"
 
 
+def _collect(sink: list[bytes]) -> Callable[[Http1Connection], Feed]:
+    return lambda conn: lambda data, t: sink.append(data)
+
+
+async def _stop(server: asyncio.Server) -> None:
+    server.close()
+    await server.wait_closed()
+
+
 async def test_keep_alive_reuse_and_request_shape():
     seen: list[bytes] = []
     connections = 0
@@ -113,29 +139,26 @@ async def test_keep_alive_reuse_and_request_shape():
         writer.close()
 
     server, url = await _serve(handler)
-    pool = MirrorPool(url)
-    headers = CIMultiDict({"Authorization": "Bearer k", "Accept-Encoding": "gzip"})
+    pool = Http1Pool(url)
+    headers = CIMultiDict({"Authorization": "Bearer k"})
     for _ in range(2):
         got: list[bytes] = []
-
-        def on_head(status: int, content_type: str, sink: list[bytes] = got) -> Feed:
-            return lambda data, t: sink.append(data)
-
-        status = await pool.post("/v1/completions", headers, b"{}", on_head, lambda: None,
-                                 1 << 20)
-        assert status == 200 and b"".join(got) == EVENTS
+        head = await pool.fetch("POST", "/v1/completions", headers, b"{}", _collect(got))
+        assert head.status == 200 and b"".join(got) == EVENTS
     assert connections == 1  # the second request reused the connection
     assert seen[0].startswith(b"POST /base/v1/completions HTTP/1.1\r\n")
-    assert b"Authorization: Bearer k" in seen[0] and b"gzip" not in seen[0]
+    assert b"Authorization: Bearer k" in seen[0] and b"Content-Length: 2\r\n" in seen[0]
     await pool.close()
-    server.close()
-    await server.wait_closed()
+    await _stop(server)
 
 
 @pytest.mark.parametrize(("answer", "kind"), [
     (b"SSH-2.0-OpenSSH\r\n\r\n", "bad_response"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad_response"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", "reset"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "bad_response"),
+    (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", "bad_response"),
+    (b"", "reset"),
 ])
 async def test_errors_have_kinds(answer, kind):
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -145,29 +168,27 @@ async def test_errors_have_kinds(answer, kind):
         writer.close()
 
     server, url = await _serve(handler)
-    pool = MirrorPool(url)
-    with pytest.raises(MirrorError) as err:
-        await pool.post("/", CIMultiDict(), b"", lambda s, c: lambda d, t: None,
-                        lambda: None, 1 << 20)
+    with pytest.raises(UpstreamError) as err:
+        await Http1Pool(url).fetch("POST", "/", CIMultiDict(), b"", _collect([]))
     assert err.value.kind == kind
-    server.close()
-    await server.wait_closed()
+    await _stop(server)
 
 
-async def test_probe_stops_reading():
+async def test_a_feed_can_stop_reading():
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(CHUNKED)
+        writer.write(CHUNKED[:-5])  # the answer never ends
         await writer.drain()
         await asyncio.sleep(5)
 
+    def feed_for(conn: Http1Connection) -> Feed:
+        return lambda data, t: conn.fail("invalid_sse")
+
     server, url = await _serve(handler)
-    with pytest.raises(MirrorError) as err:
-        await MirrorPool(url).post("/", CIMultiDict(), b"", lambda s, c: lambda d, t: None,
-                                   lambda: "invalid_sse", 1 << 20)
+    with pytest.raises(UpstreamError) as err:
+        await asyncio.wait_for(Http1Pool(url).fetch("POST", "/", CIMultiDict(), b"", feed_for), 2)
     assert err.value.kind == "invalid_sse"
-    server.close()
-    await server.wait_closed()
+    await _stop(server)
 
 
 async def test_close_delimited_body_ends_with_the_connection():
@@ -179,12 +200,62 @@ async def test_close_delimited_body_ends_with_the_connection():
 
     server, url = await _serve(handler)
     got: list[bytes] = []
-    status = await MirrorPool(url).post("/", CIMultiDict(), b"",
-                                        lambda s, c: lambda d, t: got.append(d),
-                                        lambda: None, 1 << 20)
-    assert status == 200 and b"".join(got) == EVENTS
-    server.close()
-    await server.wait_closed()
+    head = await Http1Pool(url).fetch("POST", "/", CIMultiDict(), b"", _collect(got))
+    assert head.status == 200 and b"".join(got) == EVENTS
+    await _stop(server)
+
+
+async def test_head_request_and_interim_answers_have_no_body():
+    """HEAD's answer has a Content-Length but no body; 1xx heads before the real one are skipped."""
+    answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n",
+               (b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for answer in answers:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(answer)
+            await writer.drain()
+        await reader.read()
+
+    server, url = await _serve(handler)
+    pool = Http1Pool(url)
+    got: list[bytes] = []
+    head = await pool.fetch("HEAD", "/", CIMultiDict(), b"", _collect(got))
+    assert (head.status, got) == (200, [])
+    head = await pool.fetch("GET", "/", CIMultiDict(), b"", _collect(got))
+    assert (head.status, got, head.headers) == (200, [b"ok"], (("Content-Length", "2"),))
+    await pool.close()
+    await _stop(server)
+
+
+async def test_a_stale_keep_alive_connection_is_retried_once():
+    """The backend closed an idle connection just as it was reused: resend on a new one."""
+    requests = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        while True:
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                return
+            requests += 1
+            if requests == 2:
+                writer.close()  # closes without answering: what a keep-alive timeout looks like
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    server, url = await _serve(handler)
+    pool = Http1Pool(url)
+    for _ in range(2):
+        got: list[bytes] = []
+        head = await pool.fetch("GET", "/", CIMultiDict(), b"", _collect(got))
+        assert (head.status, got) == (200, [b"ok"])
+    assert requests == 3
+    await pool.close()
+    await _stop(server)
 
 
 def test_works_on_uvloop():
@@ -199,11 +270,9 @@ def test_works_on_uvloop():
 
         server, url = await _serve(handler)
         got: list[bytes] = []
-        status = await MirrorPool(url).post("/", CIMultiDict(), b"",
-                                            lambda s, c: lambda d, t: got.append(d),
-                                            lambda: None, 1 << 20)
+        head = await Http1Pool(url).fetch("POST", "/", CIMultiDict(), b"", _collect(got))
         server.close()
-        return status, b"".join(got)
+        return head.status, b"".join(got)
 
     loop = uvloop.new_event_loop()
     try:
@@ -215,12 +284,12 @@ def test_works_on_uvloop():
 async def test_dead_backend_fails_fast_then_retries(monkeypatch):
     import socket
 
-    from proxy.mirror import mirror_client
+    from proxy.mirror import http1
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    pool = MirrorPool(f"http://127.0.0.1:{port}")
+    pool = Http1Pool(f"http://127.0.0.1:{port}", fail_fast=True)
     attempts = 0
     real = asyncio.get_running_loop().create_connection
 
@@ -231,24 +300,30 @@ async def test_dead_backend_fails_fast_then_retries(monkeypatch):
 
     monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", counting)
     for _ in range(5):
-        with pytest.raises(MirrorError, match="connect"):
-            await pool.post("/", CIMultiDict(), b"", lambda s, c: lambda d, t: None,
-                            lambda: None, 1 << 20)
+        with pytest.raises(UpstreamError, match="connect"):
+            await pool.fetch("POST", "/", CIMultiDict(), b"", _collect([]))
     assert attempts == 1  # the other four failed without touching the network
-    monkeypatch.setattr(mirror_client, "DOWN_S", 0.0)
+    monkeypatch.setattr(http1, "DOWN_S", 0.0)
     pool._down_until = 0.0
-    with pytest.raises(MirrorError, match="connect"):
-        await pool.post("/", CIMultiDict(), b"", lambda s, c: lambda d, t: None,
-                        lambda: None, 1 << 20)
+    with pytest.raises(UpstreamError, match="connect"):
+        await pool.fetch("POST", "/", CIMultiDict(), b"", _collect([]))
     assert attempts == 2
 
 
-async def test_refusals_in_a_row_back_off_exponentially_until_a_connect_works(monkeypatch):
-    from proxy.mirror import mirror_client
+async def test_the_primary_lane_never_fails_fast(dead_url):
+    pool = Http1Pool(dead_url())
+    for _ in range(2):
+        with pytest.raises(UpstreamError, match="connect"):
+            await pool.fetch("GET", "/", CIMultiDict(), b"", _collect([]))
+        assert not pool.down
 
-    pool = MirrorPool("http://127.0.0.1:9")
+
+async def test_refusals_in_a_row_back_off_exponentially_until_a_connect_works(monkeypatch):
+    from proxy.mirror import http1
+
+    pool = Http1Pool("http://127.0.0.1:9", fail_fast=True)
     clock = [100.0]
-    monkeypatch.setattr(mirror_client.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(http1.time, "monotonic", lambda: clock[0])
 
     async def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise ConnectionRefusedError
@@ -256,8 +331,8 @@ async def test_refusals_in_a_row_back_off_exponentially_until_a_connect_works(mo
     monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", refuse)
     windows = []
     for _ in range(7):
-        with pytest.raises(MirrorError, match="connect"):
-            await pool._connection()
+        with pytest.raises(UpstreamError, match="connect"):
+            await pool._new_connection()
         assert pool.down
         windows.append(pool._down_until - clock[0])
         clock[0] = pool._down_until
@@ -265,8 +340,8 @@ async def test_refusals_in_a_row_back_off_exponentially_until_a_connect_works(mo
     assert not pool.down
 
     async def accept(*args, **kwargs):  # type: ignore[no-untyped-def]
-        return None, MirrorConnection()
+        return None, Http1Connection()
 
     monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", accept)
-    await pool._connection()
+    await pool._new_connection()
     assert pool._refusals == 0
