@@ -339,11 +339,15 @@ class SqliteStore:
 
 
 class RecordStore:
-    """Async front of `SqliteStore`: a bounded queue drained by one writer task."""
+    """Async front of `SqliteStore`: a bounded queue drained by one writer task.
+
+    Records are written in batches, at most `linger_s` after they were queued.
+    """
 
     def __init__(self, store: SqliteStore, queue_size: int = 10_000,
-                 on_drop: Callable[[], None] | None = None) -> None:
+                 on_drop: Callable[[], None] | None = None, linger_s: float = 0.25) -> None:
         self.sync = store
+        self.linger_s = linger_s
         self._queue: asyncio.Queue[ExchangeRecord | None] = asyncio.Queue(queue_size)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._on_drop = on_drop
@@ -373,9 +377,13 @@ class RecordStore:
         while not stopping:
             batch: list[ExchangeRecord] = []
             item = await self._queue.get()
+            if item is not None and self.linger_s > 0:
+                # Let a batch gather: each hand-off to the writer thread makes the event
+                # loop wait for the GIL, so a few large batches beat many small ones.
+                await asyncio.sleep(self.linger_s)
             while item is not None:
                 batch.append(item)
-                if len(batch) >= 256 or self._queue.empty():
+                if len(batch) >= 2048 or self._queue.empty():
                     break
                 item = self._queue.get_nowait()
             stopping = item is None

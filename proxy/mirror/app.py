@@ -16,13 +16,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from proxy.compare.request import endpoint_for_path
+from proxy.compare.stats import mann_whitney
 from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
 from proxy.mirror.config import ProxyConfig
 from proxy.mirror.exchange import Mirror
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
 from proxy.mirror.routing import Router, make_session_factory
 from proxy.mirror.tasks import BackgroundTasks
-from proxy.mirror.verdict import refresh_verdict_forever
+from proxy.mirror.verdict import current_verdict, refresh_verdict_forever
 from proxy.store import RecordStore, SqliteStore
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,11 @@ async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
     tasks = BackgroundTasks()
     app[TASKS_KEY] = tasks
     mirror = app[MIRROR_KEY] = Mirror(config.mirror, tasks, app[METRICS_KEY], app[STORE_KEY])
+    # Once before serving: the gauge shows the kept records' verdict at once, and the
+    # statistics code (scipy: ~0.5 s to import) is loaded now, not on the store thread
+    # mid-traffic, where holding the GIL that long would stall every client.
+    mann_whitney([1.0, 2.0], [2.0, 3.0])
+    await current_verdict(app[STORE_KEY], config.gate, app[METRICS_KEY])
     loop = asyncio.get_running_loop()
     watchers = [loop.create_task(refresh_verdict_forever(
         app[STORE_KEY], config.gate, app[METRICS_KEY], config.gate_refresh_s),

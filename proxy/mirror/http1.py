@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import cast
+from typing import TypeVar, cast
 from urllib.parse import urlsplit
 
 from multidict import CIMultiDict
@@ -27,6 +27,7 @@ from multidict import CIMultiDict
 log = logging.getLogger(__name__)
 
 Feed = Callable[[bytes, float], None]
+T = TypeVar("T")
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE_S = 4.0  # below uvicorn's (vLLM's) 5 s keep-alive: never reuse a closing socket
@@ -34,6 +35,32 @@ DOWN_S = 0.5  # mirror lane: after a refused connect, fail fast (no syscalls) fo
 MAX_DOWN_S = 8.0  # ...doubled on each refusal in a row, up to this
 _SIZE, _DATA, _CRLF, _TRAILER = range(4)
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+async def within(awaitable: Awaitable[T], timeout_s: float) -> T:
+    """`await awaitable` in the current task, TimeoutError after `timeout_s`.
+
+    Unlike asyncio.wait_for on Python 3.10/3.11 it starts no extra task: every mirrored
+    request awaits under a deadline, and fewer live objects keep GC pauses short.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    handle = asyncio.get_running_loop().call_later(timeout_s, expire)
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        if expired:
+            raise asyncio.TimeoutError from None
+        raise
+    finally:
+        handle.cancel()
 
 
 class UpstreamError(Exception):

@@ -19,7 +19,7 @@ from multidict import CIMultiDict
 
 from proxy.compare.capture import CaptureBuilder
 from proxy.compare.types import Capture, Role
-from proxy.mirror.http1 import Feed, Http1Connection, UpstreamError
+from proxy.mirror.http1 import Feed, Http1Connection, UpstreamError, within
 from proxy.mirror.routing import Upstream
 
 log = logging.getLogger(__name__)
@@ -93,8 +93,7 @@ async def fetch_capture(
         return feed
 
     try:
-        await asyncio.wait_for(upstream.pool.fetch("POST", path, headers, body, feed_for),
-                               timeout_s)
+        await within(upstream.pool.fetch("POST", path, headers, body, feed_for), timeout_s)
         return builder.finish(status, perf_counter())
     except asyncio.CancelledError:
         return builder.finish(status, perf_counter(), cancelled=True)
@@ -130,7 +129,7 @@ async def tokenize(
         return feed
 
     try:
-        head = await asyncio.wait_for(
+        head = await within(
             upstream.pool.fetch("POST", "/tokenize", headers, payload, feed_for), timeout_s)
         if head.status != 200:
             return None

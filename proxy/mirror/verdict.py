@@ -40,7 +40,7 @@ async def current_verdict(store: RecordStore, criteria: GateCriteria,
 async def refresh_verdict_forever(store: RecordStore, criteria: GateCriteria,
                                   metrics: ProxyMetrics, every_s: float) -> None:
     """Keep the verdict gauge current (only when new records arrived); cancelled at shutdown."""
-    seen = -1
+    seen = store.written  # the app evaluated once at startup
     while True:
         await asyncio.sleep(every_s)
         if store.written == seen:

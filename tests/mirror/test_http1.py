@@ -345,3 +345,25 @@ async def test_refusals_in_a_row_back_off_exponentially_until_a_connect_works(mo
     monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", accept)
     await pool._new_connection()
     assert pool._refusals == 0
+
+
+async def test_within_times_out_without_a_task_and_passes_cancellation_through():
+    from proxy.mirror.http1 import within
+
+    async def slow(caller: asyncio.Task[object] | None) -> int:
+        assert asyncio.current_task() is caller  # no task of its own
+        await asyncio.sleep(5)
+        return 1
+
+    with pytest.raises(asyncio.TimeoutError):
+        await within(slow(asyncio.current_task()), 0.05)
+    assert await within(asyncio.sleep(0, result=7), 1) == 7
+
+    async def outer() -> int:
+        return await within(slow(asyncio.current_task()), 5)
+
+    task = asyncio.get_running_loop().create_task(outer())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
