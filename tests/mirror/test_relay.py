@@ -181,3 +181,25 @@ async def test_http10_client_gets_a_close_delimited_stream(backend, proxy, make_
     assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
     direct = b"".join(primary._chunk(i, w, False, False) for i, w in enumerate(primary.words))
     assert payload == direct + b"data: [DONE]\n\n"
+
+
+async def test_primary_without_a_valid_answer_is_a_marked_502(proxy, make_config, dead_url):
+    """Garbage instead of an HTTP head, or a close before any answer: the proxy says so."""
+    answers = iter([b"SSH-2.0-OpenSSH_9.2\r\n\r\n", b""])
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(next(answers))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    client = await proxy(make_config(url, dead_url()))
+    for expected in ("invalid HTTP answer", "closed the connection without an answer"):
+        resp = await client.get("/v1/models")
+        body = await resp.json()
+        assert resp.status == 502 and resp.headers[PROXY_ERROR_HEADER] == "1"
+        assert body["error"]["type"] == PROXY_ERROR_TYPE and expected in body["error"]["message"]
+    server.close()
+    await server.wait_closed()
