@@ -17,6 +17,7 @@ from aiohttp import web
 
 from proxy.mirror.admin import build_admin_app
 from proxy.mirror.app import build_app
+from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ async def serve(config: ProxyConfig, stop: asyncio.Event | None = None,
     # so full collections under traffic only walk what requests create (shorter pauses).
     gc.collect()
     gc.freeze()
+    collector = loop.create_task(pace_garbage_collection(), name="gc-pacer")
     admin_runner: web.AppRunner | None = None
     admin_port: int | None = None
     try:
@@ -67,6 +69,8 @@ async def serve(config: ProxyConfig, stop: asyncio.Event | None = None,
         if admin_runner is not None:
             await admin_runner.cleanup()
         await runner.cleanup()
+        collector.cancel()
+        await asyncio.gather(collector, return_exceptions=True)
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 loop.remove_signal_handler(sig)
