@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="short run, one round (~1-2 min)")
     size.add_argument("--smoke", action="store_true", help="tiny scale: proves the harness runs")
-    parser.add_argument("--paths", default="direct,proxy,nginx,bare",
+    parser.add_argument("--paths", default="direct,proxy,nginx,bare,unsampled",
                         help="paths to measure (direct is always measured; `unsampled`: the proxy "
                         "with --sample-rate 0, its relay alone; default: %(default)s)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),

@@ -57,6 +57,9 @@ async def within(awaitable: Awaitable[T], timeout_s: float) -> T:
         return await awaitable
     except asyncio.CancelledError:
         if expired:
+            uncancel = getattr(task, "uncancel", None)  # Python 3.11+: the cancel was ours
+            if uncancel is not None:
+                uncancel()
             raise asyncio.TimeoutError from None
         raise
     finally:
