@@ -50,10 +50,14 @@ class FakeBackend:
         resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
         await resp.prepare(request)
         block = bytes(range(256)) * 256
-        while self.sent < total:
-            piece = block[:total - self.sent]
-            await resp.write(piece)
-            self.sent += len(piece)
+        try:
+            while self.sent < total:
+                piece = block[:total - self.sent]
+                await resp.write(piece)
+                self.sent += len(piece)
+        except (ConnectionError, asyncio.CancelledError):
+            self.cancelled.set()  # the proxy closed our connection
+            raise
         return resp
 
     async def metrics(self, request: web.Request) -> web.Response:

@@ -203,3 +203,16 @@ async def test_primary_without_a_valid_answer_is_a_marked_502(proxy, make_config
         assert body["error"]["type"] == PROXY_ERROR_TYPE and expected in body["error"]["message"]
     server.close()
     await server.wait_closed()
+
+
+async def test_client_leaving_while_the_primary_is_paused_closes_the_primary(backend, proxy,
+                                                                            make_config):
+    """Backpressure, then the client goes: the paused primary connection is closed too."""
+    primary = await backend()
+    client = await proxy(make_config(primary.url, None))
+    resp = await client.get(f"/bytes/{256 * 1024 * 1024}")
+    await resp.content.readexactly(65536)
+    await asyncio.sleep(0.3)  # the primary is paused now (see the test above)
+    resp.close()  # the client drops the connection without reading on
+    await asyncio.wait_for(primary.cancelled.wait(), 5)
+    assert primary.sent < 256 * 1024 * 1024
