@@ -285,8 +285,8 @@ class Http1Connection(asyncio.Protocol):
         self.head = head
         if self._head_waiter is not None and not self._head_waiter.done():
             self._head_waiter.set_result(head)
-        if not self._complete and self.transport is not None:
-            self.transport.pause_reading()  # until attach(): the body waits in the kernel
+        if not self._complete:
+            self.pause_reading()  # until attach(): the body waits in the kernel
         return rest
 
     def _deliver(self, payload: bytes, t: float) -> bool:
@@ -446,7 +446,7 @@ class Http1Pool:
             raise UpstreamError("connect")  # a dead shadow costs the proxy next to nothing
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(loop.create_connection(
+            _, conn = await within(loop.create_connection(
                 Http1Connection, self.host, self.port, ssl=True if self.https else None,
             ), self.connect_timeout_s)
         except asyncio.TimeoutError as exc:

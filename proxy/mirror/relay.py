@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from time import perf_counter
 from typing import cast
@@ -37,24 +37,25 @@ HOP_BY_HOP = frozenset({
 # Set by aiohttp from the body (Content-Length) or for the upstream (Host); the body is
 # already read, so an Expect: 100-continue would only cost the upstream a round trip.
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
+_CHUNKED_RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
 ChunkTap = Callable[[bytes, float], None]
 TapFactory = Callable[[str], ChunkTap]  # content type -> tap
 CLIENT_GONE = "client_gone"
 WRITE_HIGH_BYTES = 64 * 1024  # client write buffer above this: pause reading the primary
 
 
-def _connection_tokens(headers: CIMultiDictProxy[str]) -> frozenset[str]:
-    value = headers.get("Connection")
+def _connection_tokens(headers: Collection[tuple[str, str]]) -> frozenset[str]:
+    value = next((v for name, v in headers if name.lower() == "connection"), None)
     if not value:
         return frozenset()
     return frozenset(t.strip().lower() for t in value.split(",") if t.strip())
 
 
-def filter_headers(headers: CIMultiDictProxy[str], drop: frozenset[str]) -> CIMultiDict[str]:
+def filter_headers(headers: Collection[tuple[str, str]], drop: frozenset[str]) -> CIMultiDict[str]:
     """Copy `headers` without hop-by-hop ones (including those named by Connection)."""
     extra = _connection_tokens(headers)
     out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
+    for name, value in headers:
         lower = name.lower()
         if lower not in drop and lower not in extra:
             out.add(name, value)
@@ -62,22 +63,12 @@ def filter_headers(headers: CIMultiDictProxy[str], drop: frozenset[str]) -> CIMu
 
 
 def request_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    return filter_headers(headers, _REQUEST_DROP)
+    return filter_headers(headers.items(), _REQUEST_DROP)
 
 
 def response_headers(headers: tuple[tuple[str, str], ...], chunked: bool) -> CIMultiDict[str]:
     """The primary's answer headers for the client (a chunked body drops Content-Length)."""
-    extra: set[str] = set()
-    for name, value in headers:
-        if name.lower() == "connection":
-            extra.update(t.strip().lower() for t in value.split(","))
-    drop = HOP_BY_HOP | {"content-length"} if chunked else HOP_BY_HOP
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers:
-        lower = name.lower()
-        if lower not in drop and lower not in extra:
-            out.add(name, value)
-    return out
+    return filter_headers(headers, _CHUNKED_RESPONSE_DROP if chunked else HOP_BY_HOP)
 
 
 def proxy_error(status: int, message: str) -> web.Response:
@@ -242,7 +233,6 @@ async def relay(
             # The primary broke mid-answer: end the client's connection the same way
             # (no clean end of body), as if it had talked to the primary directly.
             result.error = "reset"
-            result.capture_failed = result.capture_failed or exc.kind != "reset"
             if upstream.should_warn():
                 log.warning("primary %s failed mid-response: %s", upstream.url, exc.kind)
             transport.close()
