@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,12 +132,13 @@ class FakeBackend:
             raise
 
 
-def _dead_url() -> str:
-    """A loopback URL nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+def _dead_url(held: list[socket.socket]) -> str:
+    """A loopback URL nothing listens on: the port stays bound, not listening, until the
+    test ends, so no server started later in the test can take it (connects get refused)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    held.append(s)
+    return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 Start = Callable[..., Awaitable[FakeBackend]]
@@ -156,7 +157,10 @@ def backend(aiohttp_server: Any) -> Start:
 
 def _make_config(primary: str, shadow: str | None, baseline: str | None = None,
                 **mirror: Any) -> ProxyConfig:
-    extra = {k: mirror.pop(k) for k in ("max_body_bytes", "store", "gate") if k in mirror}
+    extra = {k: mirror.pop(k) for k in ("max_body_bytes", "store", "gate", "capture_worker")
+             if k in mirror}
+    # In-process unless a test asks for the worker: these tests look inside the exchange.
+    extra.setdefault("capture_worker", False)
     # No overload shedding unless a test asks: a busy CI machine must not drop mirrors.
     mirror.setdefault("overload_lag_s", 0.0)
     return ProxyConfig(routes=RouteConfig(primary, shadow, baseline), port=0,
@@ -185,8 +189,11 @@ async def _settle(app: web.Application, timeout_s: float = 5.0) -> None:
 
 
 @pytest.fixture
-def dead_url() -> Callable[[], str]:
-    return _dead_url
+def dead_url() -> Iterator[Callable[[], str]]:
+    held: list[socket.socket] = []
+    yield lambda: _dead_url(held)
+    for s in held:
+        s.close()
 
 
 @pytest.fixture
