@@ -172,3 +172,46 @@ class ProxyMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+# Gauges the capture worker sets; every other gauge is the proxy's own.
+WORKER_GAUGES = frozenset({"vllm_cutover_verdict"})
+
+
+def _label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def merge_expositions(own: bytes, worker: bytes) -> bytes:
+    """One exposition from the proxy's and its capture worker's (the same families).
+
+    Counters and histograms add up, sample by sample; a gauge is taken from the
+    process that sets it (the verdict from the worker, the rest from the proxy).
+    `_created` samples are left out: they would not add up.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families: dict[str, tuple[str, str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]] = {}
+    for source, text in (("own", own), ("worker", worker)):
+        for family in text_string_to_metric_families(text.decode("utf-8")):
+            if family.type == "gauge" and (family.name in WORKER_GAUGES) != (source == "worker"):
+                continue
+            entry = families.get(family.name)
+            if entry is None:
+                entry = families[family.name] = (family.type, family.documentation, {})
+            samples = entry[2]
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                key = (sample.name, tuple(sample.labels.items()))
+                samples[key] = samples.get(key, 0.0) + sample.value
+    lines: list[str] = []
+    for name, (kind, documentation, samples) in families.items():
+        doc = documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        lines.append(f"# HELP {name} {doc}")
+        lines.append(f"# TYPE {name} {kind}")
+        for (sample_name, labels), value in samples.items():
+            text_labels = ",".join(f'{k}="{_label_value(v)}"' for k, v in labels)
+            braces = f"{{{text_labels}}}" if labels else ""
+            lines.append(f"{sample_name}{braces} {floatToGoString(value)}")
+    return ("\n".join(lines) + "\n").encode("utf-8")

@@ -338,6 +338,11 @@ class SqliteStore:
         return aggregate_rows(self.count(), comparisons, first_divergences, captures, latency)
 
 
+def records_page(store: SqliteStore, after_id: int, limit: int) -> list[dict[str, Any]]:
+    """One page of records as JSON-ready dicts (run on the store's thread)."""
+    return [asdict(r) for r in store.records(after_id=after_id, limit=limit)]
+
+
 class RecordStore:
     """Async front of `SqliteStore`: a bounded queue drained by one writer task.
 

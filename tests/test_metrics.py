@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.compare.types import Capture, Comparison
-from proxy.metrics import ProxyMetrics, status_class
+from proxy.metrics import ProxyMetrics, merge_expositions, status_class
 
 
 def _capture(**kw: Any) -> Capture:
@@ -76,3 +76,44 @@ def test_bulk_itl_histogram_matches_prometheus_semantics():
     ref = {(s.name.rsplit("_", 1)[-1], s.labels.get("le")): s.value
            for s in families["ref"].samples if not s.name.endswith("_created")}
     assert ours == ref
+
+
+def _samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text.decode()) for s in f.samples}
+
+
+def test_merged_exposition_adds_counters_and_histograms_and_takes_each_gauge_from_its_owner():
+    own, worker = ProxyMetrics(CollectorRegistry()), ProxyMetrics(CollectorRegistry())
+    own.observe_capture(_capture(role="primary", backend="h:1"), "chat")
+    own.shadow_dropped.labels("cap").inc(2)
+    own.shadow_inflight.set(3)
+    own.set_verdict("fail")  # the proxy's own verdict gauge is stale: the worker owns it
+    worker.observe_capture(_capture(role="primary", backend="h:1"), "chat")
+    worker.observe_capture(_capture(ttft_s=7.0), "chat")
+    worker.shadow_dropped.labels("cap").inc(1)
+    worker.shadow_inflight.set(100)  # not the worker's gauge: ignored
+    worker.set_verdict("pass")
+
+    merged = _samples(merge_expositions(own.render(), worker.render()))
+
+    assert merged[("vllm_cutover_shadow_dropped_total", (("reason", "cap"),))] == 3
+    assert merged[("vllm_cutover_shadow_inflight", ())] == 3
+    assert merged[("vllm_cutover_verdict", (("verdict", "pass"),))] == 1
+    assert merged[("vllm_cutover_verdict", (("verdict", "fail"),))] == 0
+    primary = (("backend", "h:1"), ("endpoint", "chat"), ("role", "primary"))
+    assert merged[("vllm_cutover_ttft_seconds_count", primary)] == 2
+    shadow = (("backend", "h:2"), ("endpoint", "chat"), ("role", "shadow"))
+    assert merged[("vllm_cutover_ttft_seconds_sum", shadow)] == 7.0
+    inf = tuple(sorted((*shadow, ("le", "+Inf"))))
+    assert merged[("vllm_cutover_ttft_seconds_bucket", inf)] == 1
+    assert not any(name.endswith("_created") for name, _ in merged)
+
+
+def test_merged_exposition_keeps_label_values_that_need_escaping():
+    own, worker = ProxyMetrics(CollectorRegistry()), ProxyMetrics(CollectorRegistry())
+    worker.backend_errors.labels("shadow", "h:2", 'odd "kind"\\\n').inc()
+    merged = _samples(merge_expositions(own.render(), worker.render()))
+    key = ("vllm_cutover_backend_errors_total",
+           (("backend", "h:2"), ("kind", 'odd "kind"\\\n'), ("role", "shadow")))
+    assert merged[key] == 1

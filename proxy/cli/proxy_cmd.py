@@ -62,7 +62,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "/metrics there is the primary's (default %(default)s)")
     p.add_argument("--drain-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, time for requests in flight to finish (default %(default)s)")
+    p.add_argument("--capture-in-process", action="store_true",
+                   help="mirror, capture, compare and record on the proxy's own event loop "
+                        "instead of a capture worker process (one process: for a one-CPU "
+                        "container; the worker keeps that work off the client path's core)")
+    p.add_argument("--worker-cpus", metavar="LIST", type=_cpu_list,
+                   help="pin the capture worker to these CPUs, e.g. 1 or 2,3 "
+                        "(default: the proxy's own)")
+    p.add_argument("--worker-priority", choices=("idle", "normal"), default="idle",
+                   help="idle (default): the capture worker only runs on CPU time the client "
+                        "path leaves (Linux SCHED_IDLE); when the CPUs are saturated, mirrors "
+                        "are dropped and counted instead of clients slowing down")
     p.set_defaults(func=_run)
+
+
+def _cpu_list(text: str) -> tuple[int, ...]:
+    try:
+        cpus = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected CPU numbers like 1 or 2,3, got {text!r}") \
+            from None
+    if not cpus or min(cpus) < 0:
+        raise argparse.ArgumentTypeError(f"expected CPU numbers like 1 or 2,3, got {text!r}")
+    return cpus
 
 
 def build_config(args: argparse.Namespace) -> ProxyConfig:
@@ -95,6 +117,9 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         max_body_bytes=args.max_body_bytes,
         main_metrics_path=args.metrics_path or None,
         drain_timeout_s=args.drain_timeout,
+        capture_worker=not args.capture_in_process,
+        worker_cpus=args.worker_cpus,
+        worker_priority=args.worker_priority,
     )
 
 

@@ -16,18 +16,17 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.mirror.app import (
     CONFIG_KEY,
+    EVIDENCE_KEY,
     METRICS_KEY,
     MIRROR_KEY,
     ROUTER_KEY,
-    STORE_KEY,
     TASKS_KEY,
-    metrics_handler,
 )
 from proxy.mirror.config import ConfigError, RouteConfig
-from proxy.mirror.verdict import current_verdict
-from proxy.store import SqliteStore
+from proxy.mirror.remote import RemoteMirror, WorkerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -99,27 +98,36 @@ async def post_swap(request: web.Request) -> web.Response:
     return _json(routes.as_json())
 
 
+def _unavailable(exc: WorkerUnavailable) -> web.Response:
+    return _error(503, f"{exc}; try again shortly")
+
+
 async def get_gate(request: web.Request) -> web.Response:
     """200 only on pass (409 otherwise), so Flagger/Argo webhooks can gate on it."""
-    main = _main(request)
-    result = await current_verdict(main[STORE_KEY], main[CONFIG_KEY].gate, main[METRICS_KEY])
+    try:
+        result = await _main(request)[EVIDENCE_KEY].gate()
+    except WorkerUnavailable as exc:
+        return _unavailable(exc)
     return _json(result, 200 if result["verdict"] == "pass" else 409)
 
 
 async def get_stats(request: web.Request) -> web.Response:
     main = _main(request)
-    aggregates = await main[STORE_KEY].call(SqliteStore.aggregates)
-    stats = aggregates.as_json()
+    try:
+        stats = await main[EVIDENCE_KEY].aggregates()
+    except WorkerUnavailable as exc:
+        return _unavailable(exc)
+    mirror = main[MIRROR_KEY]
     stats["live"] = {
-        "shadow_inflight": main[MIRROR_KEY].inflight,
+        "shadow_inflight": mirror.inflight,
         "background_tasks": len(main[TASKS_KEY]),
         "routes": main[ROUTER_KEY].routes.as_json(),
     }
+    if isinstance(mirror, RemoteMirror):
+        link = mirror.link
+        stats["live"]["capture_worker"] = {"pid": link.pid, "running": link.ready,
+                                           "restarts": link.restarts}
     return _json(stats)
-
-
-def _records_page(store: SqliteStore, after_id: int, limit: int) -> list[dict[str, Any]]:
-    return [asdict(r) for r in store.records(after_id=after_id, limit=limit)]
 
 
 async def get_records(request: web.Request) -> web.Response:
@@ -130,8 +138,16 @@ async def get_records(request: web.Request) -> web.Response:
         limit = min(int(request.query.get("limit", "100")), MAX_RECORDS_PAGE)
     except ValueError:
         return _error(400, f"after and limit must be integers, got {dict(request.query)!r}")
-    records = await _main(request)[STORE_KEY].call(_records_page, after_id, max(limit, 0))
+    try:
+        records = await _main(request)[EVIDENCE_KEY].records(after_id, max(limit, 0))
+    except WorkerUnavailable as exc:
+        return _unavailable(exc)
     return _json({"records": records})
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    body = await _main(request)[EVIDENCE_KEY].metrics()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def build_admin_app(main_app: web.Application) -> web.Application:
@@ -145,5 +161,5 @@ def build_admin_app(main_app: web.Application) -> web.Application:
     admin.router.add_get("/admin/gate", get_gate)
     admin.router.add_get("/admin/stats", get_stats)
     admin.router.add_get("/admin/records", get_records)
-    admin.router.add_get("/metrics", metrics_handler)
+    admin.router.add_get("/metrics", get_metrics)
     return admin

@@ -1,9 +1,15 @@
 """The proxy's aiohttp application: factory, the catch-all handler, lifecycle.
 
-Shared objects (router and its sessions, store, metrics, background tasks,
-mirror) live on the app under `web.AppKey`s and are created and closed by
-`cleanup_ctx`, in an order that lets shutdown drain: background tasks first,
-then the connection pools, then the store.
+Shared objects (router and its sessions, metrics, background tasks, mirror,
+evidence; the store in-process) live on the app under `web.AppKey`s and are
+created and closed by `cleanup_ctx`, in an order that lets shutdown drain:
+mirroring first (the capture worker finishes and records what it has), then the
+connection pools, then the store.
+
+Two modes (`ProxyConfig.capture_worker`): by default mirroring, capture,
+comparison and records run in a capture worker process (`proxy.mirror.remote`),
+so the client path keeps its core; in-process, the same code runs on the proxy's
+own event loop (one process; for a one-CPU container, and for unit tests).
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from proxy.compare.request import endpoint_for_path
 from proxy.compare.stats import mann_whitney
 from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
 from proxy.mirror.config import ProxyConfig
-from proxy.mirror.exchange import Mirror
+from proxy.mirror.evidence import Evidence, LocalEvidence, WorkerEvidence
+from proxy.mirror.exchange import Admission, Mirror
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
+from proxy.mirror.remote import RemoteMirror
 from proxy.mirror.routing import Router, make_session_factory
 from proxy.mirror.tasks import BackgroundTasks
 from proxy.mirror.verdict import current_verdict, refresh_verdict_forever
@@ -33,7 +41,8 @@ METRICS_KEY = web.AppKey("metrics", ProxyMetrics)
 ROUTER_KEY = web.AppKey("router", Router)
 STORE_KEY = web.AppKey("store", RecordStore)
 TASKS_KEY = web.AppKey("tasks", BackgroundTasks)
-MIRROR_KEY = web.AppKey("mirror", Mirror)
+MIRROR_KEY = web.AppKey("mirror", Admission)
+EVIDENCE_KEY = web.AppKey("evidence", Evidence)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -54,7 +63,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if endpoint is not None:
         mirror = app[MIRROR_KEY]
         if mirror.wants(routes, request.headers):
-            exchange = mirror.start(routes, request, headers, body, endpoint)
+            exchange = mirror.start(routes, request.raw_path, headers, body, endpoint)
     result = RelayResult()
     try:
         return await relay(request, primary, body, headers, result,
@@ -70,7 +79,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
-    body = request.app[METRICS_KEY].render()
+    body = await request.app[EVIDENCE_KEY].metrics()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -80,9 +89,13 @@ def build_app(config: ProxyConfig, registry: CollectorRegistry | None = None) ->
         "max_field_size": 65536, "max_line_size": 65536})
     app[CONFIG_KEY] = config
     app[METRICS_KEY] = ProxyMetrics(registry if registry is not None else CollectorRegistry())
-    app.cleanup_ctx.append(_store_ctx)
-    app.cleanup_ctx.append(_router_ctx)
-    app.cleanup_ctx.append(_tasks_ctx)
+    if config.capture_worker:
+        app.cleanup_ctx.append(_router_ctx)
+        app.cleanup_ctx.append(_worker_ctx)
+    else:
+        app.cleanup_ctx.append(_store_ctx)
+        app.cleanup_ctx.append(_router_ctx)
+        app.cleanup_ctx.append(_tasks_ctx)
     if config.main_metrics_path:
         app.router.add_get(config.main_metrics_path, metrics_handler)
     app.router.add_route("*", "/{tail:.*}", handle)
@@ -115,6 +128,7 @@ async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
     tasks = BackgroundTasks()
     app[TASKS_KEY] = tasks
     mirror = app[MIRROR_KEY] = Mirror(config.mirror, tasks, app[METRICS_KEY], app[STORE_KEY])
+    app[EVIDENCE_KEY] = LocalEvidence(app[STORE_KEY], config.gate, app[METRICS_KEY])
     # Once before serving: the gauge shows the kept records' verdict at once, and the
     # statistics code (scipy: ~0.5 s to import) is loaded now, not on the store thread
     # mid-traffic, where holding the GIL that long would stall every client.
@@ -131,3 +145,21 @@ async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
         watcher.cancel()
     await asyncio.gather(*watchers, return_exceptions=True)
     await tasks.drain(config.drain_timeout_s)
+
+
+async def _worker_ctx(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG_KEY]
+    app[TASKS_KEY] = BackgroundTasks()  # the proxy's own (none per request in this mode)
+    mirror = RemoteMirror(config, app[METRICS_KEY], config.worker_cpus)
+    await mirror.open()
+    app[MIRROR_KEY] = mirror
+    app[EVIDENCE_KEY] = WorkerEvidence(mirror.link, app[METRICS_KEY])
+    watchers = []
+    if config.mirror.overload_lag_s > 0:
+        watchers.append(asyncio.get_running_loop().create_task(mirror.watch_loop_lag(),
+                                                               name="loop-lag"))
+    yield
+    for watcher in watchers:
+        watcher.cancel()
+    await asyncio.gather(*watchers, return_exceptions=True)
+    await mirror.close(config.drain_timeout_s)

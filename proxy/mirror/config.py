@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Literal
 from urllib.parse import urlsplit
 
 from proxy.compare.gate import GateCriteria
@@ -137,8 +138,22 @@ class ProxyConfig:
     main_metrics_path: str | None = MAIN_METRICS_PATH  # None: /metrics only on the admin port
     drain_timeout_s: float = 30.0
     connect_timeout_s: float = 10.0
+    # Mirroring, capture, comparison and records in a worker process (proxy.mirror.remote);
+    # False: all on the proxy's own event loop.
+    capture_worker: bool = True
+    worker_cpus: tuple[int, ...] | None = None  # pin the worker (None: inherit)
+    # idle: the worker only gets CPU time nothing else wants (Linux SCHED_IDLE).
+    worker_priority: Literal["idle", "normal"] = "idle"
 
     def __post_init__(self) -> None:
+        if self.worker_cpus is not None and (
+                not self.worker_cpus or any(cpu < 0 for cpu in self.worker_cpus)):
+            raise ConfigError(f"--worker-cpus must list CPU numbers >= 0, got {self.worker_cpus!r}")
+        if self.worker_cpus is not None and hasattr(os, "sched_getaffinity"):
+            allowed = os.sched_getaffinity(0)
+            if not set(self.worker_cpus) <= allowed:
+                raise ConfigError(f"--worker-cpus {self.worker_cpus!r}: this process may only "
+                                  f"run on CPUs {sorted(allowed)}")
         if not (0 <= self.port <= 65535):
             raise ConfigError(f"--port must be in 0..65535, got {self.port!r}")
         if self.max_body_bytes < 1:

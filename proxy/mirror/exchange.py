@@ -17,11 +17,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from time import perf_counter
-from typing import Literal
+from typing import Literal, Protocol
 
-from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.compare.capture import CaptureBuilder
@@ -58,20 +57,27 @@ def unstreamed(body: bytes) -> bytes:
     return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-class Mirror:
-    """Per-application mirroring state: sampler, in-flight count, collaborators."""
+class ExchangeHandle(Protocol):
+    """What the client path holds of a mirrored request."""
 
-    def __init__(self, config: MirrorConfig, tasks: BackgroundTasks, metrics: ProxyMetrics,
-                 store: RecordStore | None) -> None:
+    def tap_for(self, content_type: str) -> ChunkTap: ...
+
+    def primary_done(self, result: RelayResult) -> None: ...
+
+
+class Admission:
+    """Which requests get mirrored: the sampler, the in-flight cap, overload shedding.
+
+    Shared by the in-process `Mirror` and the capture worker's client
+    (`proxy.mirror.remote.RemoteMirror`): both decide the same way, on the client path,
+    with only cheap bookkeeping.
+    """
+
+    def __init__(self, config: MirrorConfig, metrics: ProxyMetrics) -> None:
         self.config = config
         self.sampler = Sampler(config.sample_rate, config.sample_header)
-        self.tasks = tasks
         self.metrics = metrics
-        self.store = store
         self.inflight = 0
-        self.tokenize_slots = asyncio.Semaphore(config.tokenize_concurrency)
-        self._ids = itertools.count(1)
-        self._id_prefix = os.urandom(4).hex()
         self.loop_lag_s = 0.0  # how late the loop runs, smoothed (watch_loop_lag)
 
     async def watch_loop_lag(self, interval_s: float = LAG_PROBE_S) -> None:
@@ -91,35 +97,67 @@ class Mirror:
         """Cheap pre-check before the body is parsed: a shadow exists and the sampler says yes."""
         return routes.shadow is not None and self.sampler.sample(headers)
 
-    def start(self, routes: Routes, request: web.Request, headers: CIMultiDict[str],
-              body: bytes, endpoint: Endpoint) -> Exchange | None:
+    def start(self, routes: Routes, path: str, headers: CIMultiDict[str], body: bytes,
+              endpoint: Endpoint) -> ExchangeHandle | None:
+        """Begin mirroring one request (None: not mirrored, and why is counted)."""
+        raise NotImplementedError
+
+    def admit(self, closing: bool) -> bool:
+        """False (and the drop counted) when over the in-flight cap or overloaded."""
+        if self.inflight >= self.config.max_shadow_inflight or closing:
+            self.metrics.shadow_dropped.labels("inflight_cap").inc()
+            return False
+        if 0 < self.config.overload_lag_s < self.loop_lag_s:
+            self.metrics.shadow_dropped.labels("overload").inc()
+            return False
+        return True
+
+
+class Mirror(Admission):
+    """In-process mirroring: admission, plus the collaborators every `Exchange` uses."""
+
+    def __init__(self, config: MirrorConfig, tasks: BackgroundTasks, metrics: ProxyMetrics,
+                 store: RecordStore | None) -> None:
+        super().__init__(config, metrics)
+        self.tasks = tasks
+        self.store = store
+        self.tokenize_slots = asyncio.Semaphore(config.tokenize_concurrency)
+        self._ids = itertools.count(1)
+        self._id_prefix = os.urandom(4).hex()
+
+    def start(self, routes: Routes, path: str, headers: CIMultiDict[str], body: bytes,
+              endpoint: Endpoint, *, admitted: bool = False,
+              started: tuple[float, float] | None = None) -> Exchange | None:
         """Begin mirroring unless over the in-flight cap (then count the drop).
 
         Only cheap bookkeeping happens here; parsing the body and sending the mirrored
-        requests run in a task, after the primary request has gone out.
+        requests run in a task, after the primary request has gone out. `admitted`: the
+        caller already decided (the capture worker); `started`: (time.time(),
+        perf_counter()) of the client's request when it arrived elsewhere.
         """
-        if self.inflight >= self.config.max_shadow_inflight or self.tasks.closing:
-            self.metrics.shadow_dropped.labels("inflight_cap").inc()
+        if not admitted and not self.admit(self.tasks.closing):
             return None
-        if 0 < self.config.overload_lag_s < self.loop_lag_s:
-            self.metrics.shadow_dropped.labels("overload").inc()
+        if self.tasks.closing:
             return None
-        exchange = Exchange(self, routes, f"{self._id_prefix}-{next(self._ids)}")
-        exchange.launch(request.raw_path, headers, body, endpoint)
+        exchange = Exchange(self, routes, f"{self._id_prefix}-{next(self._ids)}", started)
+        exchange.launch(path, headers, body, endpoint)
         return exchange
 
 
 class Exchange:
     """The captures of one mirrored request, finished off the client path."""
 
-    def __init__(self, mirror: Mirror, routes: Routes, request_id: str) -> None:
+    def __init__(self, mirror: Mirror, routes: Routes, request_id: str,
+                 started: tuple[float, float] | None = None) -> None:
         self.mirror = mirror
         self.routes = routes
         self.request_id = request_id
         self.meta: RequestMeta | None = None  # set once the body is parsed (off-path)
-        self.started_unix = time.time()
+        self.started_unix, t_start = started if started is not None \
+            else (time.time(), perf_counter())
         self.primary_label = mirror.metrics.backend_label(routes.primary.url)
-        self.builder = CaptureBuilder("primary", self.primary_label, perf_counter())
+        self.builder = CaptureBuilder("primary", self.primary_label, t_start)
+        self.on_done: Callable[[], None] | None = None  # called once everything is recorded
         self.others: list[tuple[Role, asyncio.Future[Capture]]] = []
         self.auth: CIMultiDict[str] = CIMultiDict()
         self._held: list[Upstream] = [routes.primary.acquire()]
@@ -200,6 +238,8 @@ class Exchange:
         self._held = []
         self.mirror.inflight -= 1
         self.mirror.metrics.shadow_inflight.dec()
+        if self.on_done is not None:
+            self.on_done()
 
     async def finalize(self, primary: Capture) -> None:
         try:

@@ -112,6 +112,11 @@ class Router:
             baseline=self._upstream("mirror", config.baseline) if config.baseline else None,
         )
 
+    def snapshot(self, config: RouteConfig, version: int) -> Routes:
+        """Routes for `config` labelled `version`, not published (the capture worker's view
+        of the proxy's routes: it only needs their pools)."""
+        return self._build(config, version)
+
     def replace(self, config: RouteConfig) -> Routes:
         """Publish `config` as the new routes; pools no route uses close once idle."""
         old = self.routes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -49,6 +50,27 @@ def test_cli_builds_frozen_config(monkeypatch):
     assert config.store.db_path == "r.db" and config.store.store_text
     with pytest.raises(AttributeError):
         config.port = 1  # type: ignore[misc]
+
+
+def test_capture_worker_flags(capsys):
+    from proxy.cli import main
+
+    base = ["proxy", "--primary", "http://h:1", "--shadow", "http://h:2"]
+    config = build_config(build_parser().parse_args(base))
+    assert config.capture_worker and config.worker_priority == "idle"
+    assert config.worker_cpus is None
+    cpu = min(os.sched_getaffinity(0))
+    config = build_config(build_parser().parse_args([
+        *base, "--capture-in-process", "--worker-cpus", f"{cpu},{cpu}",
+        "--worker-priority", "normal"]))
+    assert not config.capture_worker and config.worker_priority == "normal"
+    assert config.worker_cpus == (cpu, cpu)
+    with pytest.raises(SystemExit) as exited:  # argparse's own usage error
+        build_parser().parse_args([*base, "--worker-cpus", "1,x"])
+    assert exited.value.code == 2
+    assert "'1,x'" in capsys.readouterr().err
+    assert main([*base, "--worker-cpus", "100000"]) == 2
+    assert "may only run on CPUs" in capsys.readouterr().err
 
 
 def test_cli_rejects_bad_value_with_exit_2(capsys):

@@ -1,0 +1,76 @@
+"""What the admin API reads (gate, aggregates, records, metrics), wherever it lives.
+
+In-process mode the store and the metrics are the proxy's own; with a capture
+worker they live in the worker and every read is a call to it, whose answer the
+proxy's own metrics are merged into.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from proxy.compare.gate import GateCriteria
+from proxy.metrics import ProxyMetrics, merge_expositions
+from proxy.mirror.remote import WorkerLink, WorkerUnavailable
+from proxy.mirror.verdict import current_verdict
+from proxy.store import RecordStore, SqliteStore, records_page
+
+
+class Evidence(Protocol):
+    async def gate(self) -> dict[str, Any]: ...
+
+    async def aggregates(self) -> dict[str, Any]: ...
+
+    async def records(self, after_id: int, limit: int) -> list[dict[str, Any]]: ...
+
+    async def metrics(self) -> bytes: ...
+
+
+class LocalEvidence:
+    """The proxy's own store and metrics (in-process mode)."""
+
+    def __init__(self, store: RecordStore, criteria: GateCriteria,
+                 metrics: ProxyMetrics) -> None:
+        self.store = store
+        self.criteria = criteria
+        self._metrics = metrics
+
+    async def gate(self) -> dict[str, Any]:
+        return await current_verdict(self.store, self.criteria, self._metrics)
+
+    async def aggregates(self) -> dict[str, Any]:
+        return (await self.store.call(SqliteStore.aggregates)).as_json()
+
+    async def records(self, after_id: int, limit: int) -> list[dict[str, Any]]:
+        return await self.store.call(records_page, after_id, limit)
+
+    async def metrics(self) -> bytes:
+        return self._metrics.render()
+
+
+class WorkerEvidence:
+    """Everything asked of the capture worker; raises WorkerUnavailable when it can't answer."""
+
+    def __init__(self, link: WorkerLink, metrics: ProxyMetrics) -> None:
+        self.link = link
+        self._metrics = metrics
+
+    async def gate(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self.link.call("gate")
+        return result
+
+    async def aggregates(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self.link.call("aggregates")
+        return result
+
+    async def records(self, after_id: int, limit: int) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self.link.call("records", after_id, limit)
+        return result
+
+    async def metrics(self) -> bytes:
+        own = self._metrics.render()
+        try:
+            worker: bytes = await self.link.call("metrics", timeout_s=10.0)
+        except WorkerUnavailable:  # scrapes go on; the worker's series come back with it
+            return own
+        return merge_expositions(own, worker)

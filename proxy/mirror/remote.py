@@ -1,0 +1,296 @@
+"""The proxy's side of the capture worker: start it, feed it, ask it, restart it.
+
+The client path only samples, counts and appends the primary's relayed bytes to
+a list (`RemoteExchange`); every `FLUSH_BYTES` and at the end they go to the
+worker in one message. Everything else a mirrored request costs runs in the
+worker process (`proxy.mirror.worker`). If the worker dies, the proxy goes on
+relaying: the exchanges it had are counted as dropped, new ones too while it is
+down, and it is started again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from itertools import count
+from time import perf_counter
+from typing import Any
+
+from multidict import CIMultiDict
+
+import proxy
+from proxy.compare.types import Endpoint
+from proxy.metrics import ProxyMetrics
+from proxy.mirror.config import ProxyConfig
+from proxy.mirror.exchange import Admission
+from proxy.mirror.ipc import Channel
+from proxy.mirror.relay import ChunkTap, RelayResult
+from proxy.mirror.routing import Routes, Upstream
+
+log = logging.getLogger(__name__)
+
+FLUSH_BYTES = 32 * 1024  # the primary's bytes held per request before they go to the worker
+MAX_CHANNEL_BYTES = 64 * 1024 * 1024  # worker this far behind: new requests are not mirrored
+READY_TIMEOUT_S = 120.0
+RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class WorkerUnavailable(RuntimeError):
+    """The capture worker is not running (starting again) or did not answer."""
+
+
+class WorkerLink:
+    """The worker process and the channel to it."""
+
+    def __init__(self, config: ProxyConfig, on_done: Callable[[int], None],
+                 on_lost: Callable[[], None], cpus: tuple[int, ...] | None = None) -> None:
+        self.config = config
+        self.cpus = cpus
+        self._on_done = on_done
+        self._on_lost_exchanges = on_lost
+        self.channel: Channel | None = None
+        self.process: asyncio.subprocess.Process | None = None
+        self.ready = False
+        self.restarts = 0
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._call_ids = count(1)
+        self._ready: asyncio.Future[None] | None = None
+        self._bye: asyncio.Future[int] | None = None
+        self._stopping = False
+        self._restarter: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    async def start(self) -> None:
+        """Start the worker and wait until it is ready (its imports take a second or two)."""
+        loop = asyncio.get_running_loop()
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = dict(os.environ)
+        # The worker must run this very code, whatever the installed copy is.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(proxy.__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "proxy.mirror.worker", "--fd", str(child.fileno()),
+                "--priority", self.config.worker_priority,
+                pass_fds=(child.fileno(),), env=env, stdin=asyncio.subprocess.DEVNULL)
+        finally:
+            child.close()
+        if self.cpus:
+            try:
+                os.sched_setaffinity(self.process.pid, self.cpus)
+            except OSError as exc:
+                log.warning("capture worker: cannot pin to CPUs %s: %s", self.cpus, exc)
+        self._ready = loop.create_future()
+        self._bye = loop.create_future()
+        channel = self.channel = Channel(self._message, self._lost)
+        await loop.create_unix_connection(lambda: channel, sock=parent)
+        self.channel.send(("config", self.config, logging.getLogger().getEffectiveLevel()))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), READY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            self.process.kill()
+            raise WorkerUnavailable(f"capture worker not ready in {READY_TIMEOUT_S:.0f} s") \
+                from None
+        self.ready = True
+        log.info("capture worker started (pid %d)", self.process.pid)
+
+    def send(self, message: tuple[Any, ...]) -> bool:
+        channel = self.channel
+        return self.ready and channel is not None and channel.send(message)
+
+    @property
+    def backlog_bytes(self) -> int:
+        return self.channel.buffered_bytes if self.channel is not None else 0
+
+    async def call(self, name: str, *args: Any, timeout_s: float = 60.0) -> Any:
+        """Ask the worker (gate, aggregates, records, metrics); WorkerUnavailable if it can't."""
+        if not self.ready:
+            raise WorkerUnavailable("the capture worker is not running (restarting)")
+        call_id = next(self._call_ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._calls[call_id] = future
+        try:
+            if not self.send(("call", call_id, name, args)):
+                raise WorkerUnavailable("the capture worker is not running (restarting)")
+            return await asyncio.wait_for(future, timeout_s)
+        except asyncio.TimeoutError:
+            raise WorkerUnavailable(f"the capture worker did not answer {name!r} in "
+                                    f"{timeout_s:.0f} s") from None
+        finally:
+            self._calls.pop(call_id, None)
+
+    def _message(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "done":
+            self._on_done(message[1])
+        elif kind == "reply":
+            future = self._calls.get(message[1])
+            if future is not None and not future.done():
+                if message[2]:
+                    future.set_result(message[3])
+                else:
+                    future.set_exception(RuntimeError(message[3]))
+        elif kind == "ready":
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(None)
+        elif kind == "bye" and self._bye is not None and not self._bye.done():
+            self._bye.set_result(message[1])
+
+    def _lost(self, exc: Exception | None) -> None:
+        self.ready = False
+        for future in self._calls.values():
+            if not future.done():
+                future.set_exception(WorkerUnavailable("the capture worker went away"))
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(WorkerUnavailable("the capture worker exited at start"))
+        if self._bye is not None and not self._bye.done():
+            self._bye.set_result(-1)
+        self._on_lost_exchanges()
+        if self._stopping:
+            return
+        log.error("capture worker (pid %s) exited unexpectedly; mirroring pauses until it "
+                  "is started again", self.pid)
+        self._restarter = asyncio.get_running_loop().create_task(self._restart(),
+                                                                 name="worker-restart")
+
+    async def _restart(self) -> None:
+        if self.process is not None:
+            await self.process.wait()
+        for delay in (*RESTART_DELAYS_S, *[RESTART_DELAYS_S[-1]] * 1000):
+            await asyncio.sleep(delay)
+            if self._stopping:
+                return
+            try:
+                await self.start()
+            except (OSError, WorkerUnavailable) as exc:
+                log.error("capture worker: restart failed: %s", exc)
+                continue
+            self.restarts += 1
+            return
+
+    async def stop(self, timeout_s: float) -> int:
+        """Ask the worker to finish its exchanges and records, wait for it; its cancel count."""
+        self._stopping = True
+        if self._restarter is not None:
+            self._restarter.cancel()
+        process, channel = self.process, self.channel
+        if process is None:
+            return 0
+        cancelled = 0
+        if channel is not None and self.ready and channel.send(("shutdown",)) \
+                and self._bye is not None:
+            try:
+                cancelled = await asyncio.wait_for(asyncio.shield(self._bye), timeout_s + 10.0)
+            except asyncio.TimeoutError:
+                log.error("capture worker did not finish in %.0f s; killing it", timeout_s + 10)
+        if channel is not None:
+            channel.close()
+        try:
+            await asyncio.wait_for(process.wait(), 10.0)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+        return cancelled
+
+
+class RemoteExchange:
+    """One mirrored request on the client path: its primary's bytes, held briefly."""
+
+    __slots__ = ("content_type", "held", "link", "payloads", "size", "times", "xid")
+
+    def __init__(self, link: WorkerLink, xid: int, held: list[Upstream]) -> None:
+        self.link = link
+        self.xid = xid
+        self.held = held
+        self.content_type = ""
+        self.payloads: list[bytes] = []
+        self.times: list[float] = []
+        self.size = 0
+
+    def tap_for(self, content_type: str) -> ChunkTap:
+        self.content_type = content_type
+        return self._tap
+
+    def _tap(self, payload: bytes, t: float) -> None:
+        self.payloads.append(payload)
+        self.times.append(t)
+        self.size += len(payload)
+        if self.size >= FLUSH_BYTES:
+            self.link.send(("chunks", self.xid, self.content_type, self.payloads, self.times))
+            self.payloads, self.times, self.size = [], [], 0
+
+    def primary_done(self, result: RelayResult) -> None:
+        error = result.error or ("capture_failed" if result.capture_failed else None)
+        self.link.send(("end", self.xid, self.content_type, self.payloads, self.times,
+                        result.status, error, result.cancelled,
+                        result.t_end or perf_counter()))
+        self.payloads, self.times = [], []
+
+
+class RemoteMirror(Admission):
+    """Admission on the client path; the exchanges themselves run in the capture worker."""
+
+    def __init__(self, config: ProxyConfig, metrics: ProxyMetrics,
+                 cpus: tuple[int, ...] | None = None) -> None:
+        super().__init__(config.mirror, metrics)
+        self.link = WorkerLink(config, self._done, self._lost, cpus)
+        self.exchanges: dict[int, RemoteExchange] = {}
+        self._xids = count(1)
+        self.closing = False
+
+    async def open(self) -> None:
+        await self.link.start()
+
+    def start(self, routes: Routes, path: str, headers: CIMultiDict[str], body: bytes,
+              endpoint: Endpoint) -> RemoteExchange | None:
+        if not self.admit(self.closing):
+            return None
+        link = self.link
+        if not link.ready or link.backlog_bytes > MAX_CHANNEL_BYTES:
+            reason = "worker_down" if not link.ready else "worker_busy"
+            self.metrics.shadow_dropped.labels(reason).inc()
+            return None
+        xid = next(self._xids)
+        shadow, baseline = routes.shadow, routes.baseline
+        sent = link.send(("start", xid, routes.version, routes.primary.url,
+                          shadow.url if shadow is not None else None,
+                          baseline.url if baseline is not None else None,
+                          path, list(headers.items()), body, endpoint, time.time(),
+                          perf_counter()))
+        if not sent:
+            self.metrics.shadow_dropped.labels("worker_down").inc()
+            return None
+        held = [u.acquire() for u in (routes.primary, shadow, baseline) if u is not None]
+        exchange = self.exchanges[xid] = RemoteExchange(link, xid, held)
+        self.inflight += 1
+        self.metrics.shadow_inflight.inc()
+        return exchange
+
+    def _done(self, xid: int) -> None:
+        exchange = self.exchanges.pop(xid, None)
+        if exchange is None:
+            return
+        for upstream in exchange.held:
+            upstream.release()
+        self.inflight -= 1
+        self.metrics.shadow_inflight.dec()
+
+    def _lost(self) -> None:
+        """The worker went away: what it had will never be recorded."""
+        lost = list(self.exchanges)
+        for xid in lost:
+            self._done(xid)
+        if lost and not self.closing:
+            self.metrics.shadow_dropped.labels("worker_lost").inc(len(lost))
+
+    async def close(self, drain_timeout_s: float) -> int:
+        self.closing = True
+        return await self.link.stop(drain_timeout_s)

@@ -1,0 +1,141 @@
+"""The capture worker process: records, metrics, gate, cancellation, crash and shutdown.
+
+Every test here runs the proxy's default mode: a real worker process, started by the
+app, talking to the fake backends over real sockets, read back through the admin API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.mirror.app import MIRROR_KEY
+from proxy.mirror.config import StoreConfig
+from proxy.mirror.remote import RemoteMirror
+
+from .conftest import TOKEN
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+GREEDY = {"prompt": "hi", "temperature": 0, "stream": True}
+
+
+async def _stats_when(api, done, timeout_s: float = 20.0):  # type: ignore[no-untyped-def]
+    """Poll /admin/stats until `done(stats)` holds."""
+    stats = None
+    for _ in range(int(timeout_s / 0.05)):
+        resp = await api.get("/admin/stats")
+        if resp.status == 200:
+            stats = await resp.json()
+            if done(stats):
+                return stats
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"condition never held; last stats {stats}")
+
+
+def _recorded(n: int):  # type: ignore[no-untyped-def]
+    return lambda s: s["records"] >= n and s["live"]["shadow_inflight"] == 0
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+async def test_worker_records_compares_and_merges_metrics(backend, proxy, admin, make_config):
+    primary, shadow, baseline = await backend(), await backend(), await backend()
+    client = await proxy(make_config(primary.url, shadow.url, baseline.url, capture_worker=True))
+    mirror = client.app[MIRROR_KEY]
+    assert isinstance(mirror, RemoteMirror) and mirror.link.pid != os.getpid()
+    api = await admin(client.app)
+    direct = await (await client.post("/v1/completions", json=GREEDY)).read()
+    for _ in range(2):
+        assert await (await client.post("/v1/completions", json=GREEDY)).read() == direct
+    stats = await _stats_when(api, _recorded(3))
+    assert stats["shadow"]["compared"] == 3 and stats["shadow"]["diverged"] == 0
+    assert stats["baseline"]["compared"] == 3
+    assert stats["live"]["capture_worker"] == {"pid": mirror.link.pid, "running": True,
+                                               "restarts": 0}
+    (first, *_) = (await (await api.get("/admin/records", headers=AUTH)).json())["records"]
+    primary_capture = next(c for c in first["captures"] if c["role"] == "primary")
+    assert primary_capture["status"] == 200 and primary_capture["ttft_s"] > 0
+    assert primary_capture["output_tokens"] == 4 and primary_capture["text"] == ""
+    gate = await api.get("/admin/gate")
+    verdict = (await gate.json())["verdict"]
+    samples = _samples(await (await api.get("/metrics")).text())
+    # Counted by the proxy (the client path) and by the worker (the comparisons), one page.
+    assert samples[("vllm_cutover_requests_total", (
+        ("backend", primary.url.split("://")[1]), ("endpoint", "completions"),
+        ("role", "primary"), ("status_class", "2xx")))] == 3
+    assert samples[("vllm_cutover_comparisons_total", (
+        ("against", "shadow"), ("deterministic", "true"), ("outcome", "match")))] == 3
+    assert samples[("vllm_cutover_shadow_inflight", ())] == 0
+    assert samples[("vllm_cutover_verdict", (("verdict", verdict),))] == 1.0
+    assert sum(v for (name, _), v in samples.items() if name == "vllm_cutover_verdict") == 1.0
+
+
+async def test_client_disconnect_cancels_the_shadow_in_the_worker(backend, proxy, admin,
+                                                                 make_config):
+    held = asyncio.Event()  # never set: both backends hang after their first chunk
+    primary, shadow = await backend(gate=held), await backend(gate=held)
+    client = await proxy(make_config(primary.url, shadow.url, capture_worker=True))
+    api = await admin(client.app)
+    resp = await client.post("/v1/completions", json=GREEDY)
+    await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 5)
+    for _ in range(500):  # both generating (the worker sends the shadow's request)
+        if shadow.seen:
+            break
+        await asyncio.sleep(0.01)
+    resp.connection.transport.abort()
+    await asyncio.wait_for(primary.cancelled.wait(), 5)
+    await asyncio.wait_for(shadow.cancelled.wait(), 5)
+    await _stats_when(api, _recorded(1))
+    (record,) = (await (await api.get("/admin/records", headers=AUTH)).json())["records"]
+    assert {c["role"]: c["cancelled"] for c in record["captures"]} == \
+        {"primary": True, "shadow": True}
+
+
+async def test_a_killed_worker_never_touches_the_client_path(backend, proxy, admin, make_config):
+    primary, shadow = await backend(), await backend()
+    client = await proxy(make_config(primary.url, shadow.url, capture_worker=True))
+    api = await admin(client.app)
+    link = client.app[MIRROR_KEY].link
+    direct = await (await client.post("/v1/completions", json=GREEDY)).read()
+    await _stats_when(api, _recorded(1))
+    os.kill(link.pid, signal.SIGKILL)
+    for _ in range(100):
+        if not link.ready:
+            break
+        await asyncio.sleep(0.01)
+    # Relayed unchanged while the worker is gone; the admin API says why it can't answer.
+    for _ in range(5):
+        resp = await client.post("/v1/completions", json=GREEDY)
+        assert resp.status == 200 and await resp.read() == direct
+    assert (await api.get("/admin/gate")).status == 503
+    text = await (await api.get("/metrics")).text()  # the proxy's own series still answer
+    dropped = _samples(text)[("vllm_cutover_shadow_dropped_total", (("reason", "worker_down"),))]
+    assert dropped == 5
+    stats = await _stats_when(api, lambda s: s["live"]["capture_worker"]["restarts"] == 1)
+    assert stats["records"] == 0  # the default store is in memory: the new worker's is empty
+    await (await client.post("/v1/completions", json=GREEDY)).read()
+    await _stats_when(api, _recorded(1))
+
+
+async def test_shutdown_records_every_mirror_in_flight(backend, proxy, admin, make_config,
+                                                        tmp_path, aiohttp_client):
+    db = tmp_path / "records.sqlite"
+    primary, shadow = await backend(), await backend(ttft_s=0.5)  # the shadow is slow
+    config = make_config(primary.url, shadow.url, capture_worker=True,
+                         store=StoreConfig(db_path=str(db)))
+    client = await proxy(config)
+    for _ in range(4):
+        await (await client.post("/v1/completions", json=GREEDY)).read()
+    assert client.app[MIRROR_KEY].inflight == 4  # the shadow answers are still coming
+    await client.close()  # app cleanup: the worker drains, records, exits
+    assert client.app[MIRROR_KEY].link.process.returncode == 0
+    with sqlite3.connect(db) as conn:
+        (count,) = conn.execute("SELECT COUNT(*) FROM exchange").fetchone()
+    assert count == 4
