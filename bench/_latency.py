@@ -26,6 +26,7 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
     pooled = {p: LoadResult() for p in cfg.paths}
     rounds: list[dict[str, LoadResult]] = []
     cpu_s = {p: 0.0 for p in cfg.paths}
+    own_cpu_s = {p: 0.0 for p in cfg.paths}
     request_s = cfg.latency_tokens * cfg.latency_itl_ms / 1000
     with servers_for(cfg, layout, tmp, 0.0, cfg.latency_itl_ms) as servers:
         for _ in range(cfg.reps):
@@ -36,6 +37,7 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
                 marks = CpuMarks(servers[path].pid)
                 this_round[path] = run_load(spec, on_window=marks)
                 cpu_s[path] += marks.seconds
+                own_cpu_s[path] += marks.own_seconds
                 merge(pooled[path], this_round[path])
             rounds.append(this_round)
         counters = mirror_counters(servers["proxy"]) if "proxy" in servers else {}
@@ -62,6 +64,14 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
     cpu_ms = {p: cpu_s[p] * 1000 / max(1.0, pooled[p].events / cfg.latency_tokens)
               for p in cfg.paths if p != "direct"}
     out.raw["relay_cpu_ms_per_request"] = cpu_ms
+    if "proxy" in cpu_ms and own_cpu_s["proxy"] < cpu_s["proxy"]:
+        # With a capture worker: what stays on the relay's core (the client path).
+        own = own_cpu_s["proxy"] * 1000 / max(1.0, pooled["proxy"].events / cfg.latency_tokens)
+        out.raw["proxy_relay_process_cpu_ms_per_request"] = own
+        out.figures.append(Figure(
+            "latency", f"proxy relay process alone, CPU per request ({cfg.latency_tokens} "
+            "events)", own, "ms", reference="nginx" if "nginx" in cpu_ms else "",
+            reference_value=cpu_ms.get("nginx"), compare="ratio"))
     for path, value in cpu_ms.items():
         out.figures.append(Figure(
             "latency", f"{path} CPU per request ({cfg.latency_tokens} events)", value, "ms",

@@ -53,12 +53,19 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float, name: 
 
 
 def memory(pid: int) -> Memory:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) * 1024
-    return Memory(rss_bytes=fields.get("VmRSS", 0), hwm_bytes=fields.get("VmHWM", 0))
+    """Summed over `pid` and its descendants (the proxy's capture worker): the high-water
+    marks' sum bounds the peak of the sum from above."""
+    fields = {"VmRSS": 0, "VmHWM": 0}
+    for each in tree_pids(pid):
+        try:
+            lines = Path(f"/proc/{each}/status").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition(":")
+            if key in fields:
+                fields[key] += int(value.split()[0]) * 1024
+    return Memory(rss_bytes=fields["VmRSS"], hwm_bytes=fields["VmHWM"])
 
 
 @contextlib.contextmanager
@@ -137,11 +144,11 @@ def tree_pids(pid: int) -> list[int]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of `pid` and its descendants, all threads included."""
+def cpu_seconds(pid: int, tree: bool = True) -> float:
+    """User + system CPU time of `pid` and (`tree`) its descendants, all threads included."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
-    for each in tree_pids(pid):
+    for each in tree_pids(pid) if tree else [pid]:
         try:
             fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -156,13 +163,19 @@ class CpuMarks:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.marks: dict[str, float] = {}
+        self.own_marks: dict[str, float] = {}  # `pid` alone (the proxy without its worker)
 
     def __call__(self, label: str) -> None:
         self.marks[label] = cpu_seconds(self.pid)
+        self.own_marks[label] = cpu_seconds(self.pid, tree=False)
 
     @property
     def seconds(self) -> float:
         return self.marks.get("end", 0.0) - self.marks.get("start", 0.0)
+
+    @property
+    def own_seconds(self) -> float:
+        return self.own_marks.get("end", 0.0) - self.own_marks.get("start", 0.0)
 
 
 def open_fds(pid: int) -> int:
