@@ -92,12 +92,10 @@ def mirroring_proxy(
         argv += ["--baseline", baseline]
     # Every sampled request mirrored (no drop at the default cap of 256 in flight): the
     # worst case for the client path. --proxy-arg may override it (argparse keeps the last).
-    argv += ["--max-shadow-inflight", "4096"]
-    if layout.load_cpus and set(layout.load_cpus) != set(layout.relay_cpus):
-        # The capture worker (mirroring, capture, comparison, records) shares the load's
-        # CPUs: the relay keeps its core, as nginx does. Its CPU time counts as the proxy's.
-        argv += ["--worker-cpus", ",".join(str(c) for c in layout.load_cpus)]
-    argv += extra_args
+    # The capture worker (mirroring, capture, comparison, records) inherits the relay's
+    # CPU, at idle priority: the whole proxy on one core, as nginx is. Its CPU time counts
+    # as the proxy's. `--proxy-arg=--worker-cpus=1` moves it elsewhere.
+    argv += ["--max-shadow-inflight", "4096", *extra_args]
     with _started(pinned(argv, layout.relay_cpus), port, "proxy", layout, timeout_s=60) as proc:
         yield Server("proxy", port, proc.pid)
 
