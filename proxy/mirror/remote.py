@@ -202,32 +202,53 @@ class WorkerLink:
 
 
 class RemoteExchange:
-    """One mirrored request on the client path: its primary's bytes, held briefly."""
+    """One mirrored request on the client path: its primary's bytes, held briefly.
 
-    __slots__ = ("content_type", "held", "link", "payloads", "size", "times", "xid")
+    Its "start" message goes out on the loop's next turn, after the primary's request
+    has been written, so the IPC is not in that request's time to first token; any later
+    message sends it first if it is still pending, so the worker always sees it first.
+    """
 
-    def __init__(self, link: WorkerLink, xid: int, held: list[Upstream]) -> None:
+    __slots__ = ("content_type", "gone", "held", "link", "payloads", "size", "start", "times",
+                 "xid")
+
+    def __init__(self, link: WorkerLink, xid: int, held: list[Upstream],
+                 start: tuple[Any, ...]) -> None:
         self.link = link
         self.xid = xid
         self.held = held
+        self.start: tuple[Any, ...] | None = start
+        self.gone = False  # ended, or lost with the worker: nothing more to send
         self.content_type = ""
         self.payloads: list[bytes] = []
         self.times: list[float] = []
         self.size = 0
+
+    def send_start(self) -> None:
+        start = self.start
+        if start is not None:
+            self.start = None
+            self.link.send(start)  # a closed channel: connection_lost drops the exchange
 
     def tap_for(self, content_type: str) -> ChunkTap:
         self.content_type = content_type
         return self._tap
 
     def _tap(self, payload: bytes, t: float) -> None:
+        if self.gone:
+            return
         self.payloads.append(payload)
         self.times.append(t)
         self.size += len(payload)
         if self.size >= FLUSH_BYTES:
+            self.send_start()
             self.link.send(("chunks", self.xid, self.content_type, self.payloads, self.times))
             self.payloads, self.times, self.size = [], [], 0
 
     def primary_done(self, result: RelayResult) -> None:
+        if self.gone:  # the worker that had it went away (a new one never heard of it)
+            return
+        self.send_start()
         error = result.error or ("capture_failed" if result.capture_failed else None)
         self.link.send(("end", self.xid, self.content_type, self.payloads, self.times,
                         result.status, error, result.cancelled,
@@ -260,24 +281,23 @@ class RemoteMirror(Admission):
             return None
         xid = next(self._xids)
         shadow, baseline = routes.shadow, routes.baseline
-        sent = link.send(("start", xid, routes.version, routes.primary.url,
-                          shadow.url if shadow is not None else None,
-                          baseline.url if baseline is not None else None,
-                          path, list(headers.items()), body, endpoint, time.time(),
-                          perf_counter()))
-        if not sent:
-            self.metrics.shadow_dropped.labels("worker_down").inc()
-            return None
+        start = ("start", xid, routes.version, routes.primary.url,
+                 shadow.url if shadow is not None else None,
+                 baseline.url if baseline is not None else None,
+                 path, list(headers.items()), body, endpoint, time.time(), perf_counter())
         held = [u.acquire() for u in (routes.primary, shadow, baseline) if u is not None]
-        exchange = self.exchanges[xid] = RemoteExchange(link, xid, held)
+        exchange = self.exchanges[xid] = RemoteExchange(link, xid, held, start)
         self.inflight += 1
         self.metrics.shadow_inflight.inc()
+        asyncio.get_running_loop().call_soon(exchange.send_start)
         return exchange
 
     def _done(self, xid: int) -> None:
         exchange = self.exchanges.pop(xid, None)
         if exchange is None:
             return
+        exchange.gone = True
+        exchange.start = None
         for upstream in exchange.held:
             upstream.release()
         self.inflight -= 1

@@ -139,3 +139,32 @@ async def test_shutdown_records_every_mirror_in_flight(backend, proxy, admin, ma
     with sqlite3.connect(db) as conn:
         (count,) = conn.execute("SELECT COUNT(*) FROM exchange").fetchone()
     assert count == 4
+
+
+class _Link:
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []  # type: ignore[type-arg]
+
+    def send(self, message: tuple) -> bool:  # type: ignore[type-arg]
+        self.sent.append(message)
+        return True
+
+
+def test_start_goes_first_and_a_lost_exchange_sends_nothing_more():
+    from proxy.mirror.relay import RelayResult
+    from proxy.mirror.remote import FLUSH_BYTES, RemoteExchange
+
+    link = _Link()
+    exchange = RemoteExchange(link, 7, [], ("start", 7))  # type: ignore[arg-type]
+    tap = exchange.tap_for("text/event-stream")
+    tap(b"x" * FLUSH_BYTES, 1.0)  # a flush before the deferred start ran
+    exchange.send_start()  # the loop's turn comes: already sent, not twice
+    exchange.primary_done(RelayResult(status=200))
+    assert [m[0] for m in link.sent] == ["start", "chunks", "end"]
+
+    link = _Link()
+    lost = RemoteExchange(link, 8, [], ("start", 8))  # type: ignore[arg-type]
+    lost.gone = True  # the worker died; a restarted one never heard of it
+    lost.tap_for("text/event-stream")(b"x", 1.0)
+    lost.primary_done(RelayResult(status=200))
+    assert link.sent == []
