@@ -28,7 +28,7 @@ from _capacity import memory_use, paced, throughput
 from _common import BenchConfig
 from _figures import render_table, verdict
 from _latency import impact, latency
-from _paths import REPO_ROOT, Layout
+from _paths import Layout
 from _procs import cpu_count, raise_nofile
 from nginx import nginx_binary
 
@@ -50,8 +50,6 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         if name not in SCENARIOS:
             raise SystemExit(f"--scenarios: unknown scenario {name!r} (choose from {', '.join(SCENARIOS)})")
     backend = args.backend
-    if backend == "auto":
-        backend = "sim" if _sim_available() else "inline"
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     sizes = {"full": (8.0, 1.0, 2), "quick": (4.0, 1.0, 1), "smoke": (1.0, 0.3, 1)}[mode]
     cfg = BenchConfig(
@@ -67,12 +65,6 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
                       latency_tokens=16, latency_itl_ms=5.0, paced_concurrency=8,
                       paced_itl_ms=10.0)
     return cfg
-
-
-def _sim_available() -> bool:
-    """The project's simulator exists once `proxy sim` no longer says it is not built."""
-    sim_cmd = REPO_ROOT / "proxy" / "cli" / "sim_cmd.py"
-    return sim_cmd.exists() and "not built yet" not in sim_cmd.read_text()
 
 
 def run(cfg: BenchConfig, json_out: Path | None, keep_logs: bool) -> int:
@@ -132,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                         "with --sample-rate 0, its relay alone; default: %(default)s)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help="scenarios to run (default: %(default)s)")
-    parser.add_argument("--backend", choices=("auto", "sim", "inline"), default="auto",
-                        help="simulated backend: `vllm-cutover sim` or the bench's raw-asyncio "
-                        "one (auto: sim when built)")
+    parser.add_argument("--backend", choices=("inline", "sim"), default="inline",
+                        help="simulated backends: the bench's raw-asyncio one (default: cheap, "
+                        "so the proxy path's three backends do not slow the primary's on the "
+                        "shared load core) or the project's `vllm-cutover sim`")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds per measurement")
     parser.add_argument("--reps", type=int, default=0, help="interleaved rounds per path")
     parser.add_argument("--load-processes", type=int, default=1)

@@ -46,3 +46,19 @@ def test_smoke_run_measures_every_figure(tmp_path: Path, nginx_available: None) 
     memory = document["raw"]["memory"]
     assert memory["hwm_mb"] > 10 and memory["events"] > 0
     assert "PASS" in proc.stdout or "FAIL" in proc.stdout
+
+
+@pytest.mark.slow
+def test_smoke_run_against_the_projects_simulator(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "bench/proxy_bench.py", "--smoke", "--backend", "sim", "--scenarios",
+         "latency", "--paths", "direct,proxy", "--json-out", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert document["config"]["backend"] == "sim"
+    assert not any(document["errors"].values()), document["errors"]
+    counters = document["raw"]["latency"]["proxy_counters"]
+    assert counters.get('vllm_cutover_shadow_mirrored_total{role="shadow"}', 0) > 0, counters
