@@ -5,9 +5,12 @@ the launcher to a completion.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from tests.e2e.servers import HOST, complete, http_ok
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONTAINER_READY_TIMEOUT_S = 420.0
+ADMIN_TOKEN = "image-test-admin-token"
 
 
 @pytest.mark.e2e
@@ -53,6 +57,59 @@ def test_sidecar_image_runs_the_proxy(docker_client: Any, cutover_images: ImageB
 @pytest.mark.e2e
 @pytest.mark.docker
 @pytest.mark.slow
+def test_sidecar_image_mirrors_through_its_capture_worker(
+    docker_client: Any, cutover_images: ImageBuilder, container_cleanup: list[Any]
+) -> None:
+    """The sidecar container, between two sim containers on a network: it serves the
+    primary's answer, its capture worker runs inside the container, and the mirrored
+    request is compared and counted."""
+    sim, sidecar = cutover_images.sim(), cutover_images.sidecar()
+    tag = uuid.uuid4().hex[:8]
+    network = docker_client.networks.create(f"cutover-test-{tag}")
+    try:
+        for role in ("old", "new"):
+            container_cleanup.append(docker_client.containers.run(
+                sim, [], detach=True, name=f"{role}-{tag}", network=network.name))
+        url = _start_published(
+            docker_client, sidecar,
+            ["--port", "8000", "--primary", f"http://old-{tag}:8000",
+             "--shadow", f"http://new-{tag}:8000", "--admin-host", "0.0.0.0",
+             "--admin-port", "8001", "--admin-token", ADMIN_TOKEN],
+            container_cleanup, ready_timeout_s=60, network=network.name,
+            extra_ports={"8001/tcp": (HOST, None)})
+        proxy = container_cleanup[-1]
+        admin = f"http://{HOST}:{proxy.ports['8001/tcp'][0]['HostPort']}"
+        answer = complete(url, "sim-model", prompt="Hello world", max_tokens=4)
+        assert len(answer["choices"][0]["token_ids"]) == 4
+        stats: dict[str, Any] = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and stats.get("records", 0) < 1:
+            time.sleep(0.5)
+            stats = _admin_get(admin + "/admin/stats")
+        assert stats["records"] >= 1, stats
+        assert stats["live"]["capture_worker"]["running"], stats
+        processes = " ".join(" ".join(row) for row in proxy.top()["Processes"])
+        assert "proxy.mirror.worker" in processes, processes
+        metrics = _admin_get(admin + "/metrics", raw=True)
+        assert 'vllm_cutover_comparisons_total{against="shadow",deterministic="true",' \
+               'outcome="match"} 1.0' in metrics
+    finally:
+        for container in container_cleanup:
+            container.remove(force=True)
+        container_cleanup.clear()
+        network.remove()
+
+
+def _admin_get(url: str, raw: bool = False) -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        body = resp.read().decode()
+    return body if raw else json.loads(body)
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.slow
 def test_sim_image_serves_completions(
     docker_client: Any, cutover_images: ImageBuilder, container_cleanup: list[Any]
 ) -> None:
@@ -74,11 +131,12 @@ def container_cleanup(docker_client: Any) -> Iterator[list[Any]]:
 
 def _start_published(
     client: Any, image: str, command: list[str], cleanup: list[Any], *,
-    ready_timeout_s: float, **run_kwargs: Any,
+    ready_timeout_s: float, extra_ports: dict[str, Any] | None = None, **run_kwargs: Any,
 ) -> str:
     """Run `image` detached with its port 8000 on a random loopback port; wait for /health."""
     container = client.containers.run(
-        image, command, detach=True, ports={"8000/tcp": (HOST, None)}, **run_kwargs)
+        image, command, detach=True, ports={"8000/tcp": (HOST, None), **(extra_ports or {})},
+        **run_kwargs)
     cleanup.append(container)
     container.reload()
     url = f"http://{HOST}:{container.ports['8000/tcp'][0]['HostPort']}"
