@@ -38,6 +38,7 @@ FLUSH_BYTES = 32 * 1024  # the primary's bytes held per request before they go t
 MAX_CHANNEL_BYTES = 64 * 1024 * 1024  # worker this far behind: new requests are not mirrored
 READY_TIMEOUT_S = 120.0
 RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+LAG_STALE_S = 1.0  # no lag report for this long: the worker is starved
 
 
 class WorkerUnavailable(RuntimeError):
@@ -63,6 +64,8 @@ class WorkerLink:
         self._bye: asyncio.Future[int] | None = None
         self._stopping = False
         self._restarter: asyncio.Task[None] | None = None
+        self._lag_s = 0.0
+        self._lag_at = 0.0
 
     @property
     def pid(self) -> int | None:
@@ -100,11 +103,19 @@ class WorkerLink:
             raise WorkerUnavailable(f"capture worker not ready in {READY_TIMEOUT_S:.0f} s") \
                 from None
         self.ready = True
+        self._lag_s, self._lag_at = 0.0, time.monotonic()
         log.info("capture worker started (pid %d)", self.process.pid)
 
     def send(self, message: tuple[Any, ...]) -> bool:
         channel = self.channel
         return self.ready and channel is not None and channel.send(message)
+
+    @property
+    def lag_s(self) -> float:
+        """The worker's loop lag, as it last said; a worker that has not said it for
+        LAG_STALE_S is starved (or stopped) for at least that long."""
+        silent_s = time.monotonic() - self._lag_at
+        return self._lag_s if silent_s < LAG_STALE_S else silent_s
 
     @property
     def backlog_bytes(self) -> int:
@@ -138,6 +149,8 @@ class WorkerLink:
                     future.set_result(message[3])
                 else:
                     future.set_exception(RuntimeError(message[3]))
+        elif kind == "lag":
+            self._lag_s, self._lag_at = message[1], time.monotonic()
         elif kind == "ready":
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
@@ -275,9 +288,12 @@ class RemoteMirror(Admission):
         if not self.admit(self.closing):
             return None
         link = self.link
-        if not link.ready or link.backlog_bytes > MAX_CHANNEL_BYTES:
-            reason = "worker_down" if not link.ready else "worker_busy"
-            self.metrics.shadow_dropped.labels(reason).inc()
+        if not link.ready:
+            self.metrics.shadow_dropped.labels("worker_down").inc()
+            return None
+        overload_lag_s = self.config.overload_lag_s
+        if link.backlog_bytes > MAX_CHANNEL_BYTES or 0 < overload_lag_s < link.lag_s:
+            self.metrics.shadow_dropped.labels("worker_busy").inc()
             return None
         xid = next(self._xids)
         shadow, baseline = routes.shadow, routes.baseline

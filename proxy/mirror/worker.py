@@ -53,6 +53,7 @@ from proxy.store import RecordStore, SqliteStore, records_page
 log = logging.getLogger(__name__)
 
 LOST_PARENT_DRAIN_S = 5.0  # the proxy died: finish what is in flight, briefly
+LAG_REPORT_S = 0.2  # how often the worker tells the proxy its loop lag
 NO_CAP = 1 << 30  # the proxy already applied the in-flight cap and the overload shedding
 
 
@@ -114,7 +115,20 @@ class CaptureWorker:
                              name="verdict-refresh"),
             loop.create_task(pace_garbage_collection(), name="gc-pacer"),
         ]
+        if self.config.mirror.overload_lag_s > 0:
+            self._helpers += [
+                loop.create_task(self.mirror.watch_loop_lag(), name="loop-lag"),
+                loop.create_task(self._report_lag(), name="lag-report"),
+            ]
         self.channel.send(("ready",))
+
+    async def _report_lag(self) -> None:
+        """Tell the proxy how late this loop runs, so it sheds mirrors while the worker is
+        starved: a starved worker would time the shadow's answers late (a latency
+        regression that is not there) and pile up the primary's bytes."""
+        while True:
+            await asyncio.sleep(LAG_REPORT_S)
+            self.channel.send(("lag", self.mirror.loop_lag_s))
 
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]

@@ -124,6 +124,36 @@ async def test_a_killed_worker_never_touches_the_client_path(backend, proxy, adm
     await _stats_when(api, _recorded(1))
 
 
+async def test_a_starved_worker_sheds_mirrors_and_the_client_is_served(backend, proxy, admin,
+                                                                       make_config):
+    primary, shadow = await backend(), await backend()
+    client = await proxy(make_config(primary.url, shadow.url, capture_worker=True,
+                                     overload_lag_s=0.05))
+    api = await admin(client.app)
+    link = client.app[MIRROR_KEY].link
+    direct = await (await client.post("/v1/completions", json=GREEDY)).read()
+    await _stats_when(api, _recorded(1))
+    os.kill(link.pid, signal.SIGSTOP)  # as starved as a worker gets: it says nothing more
+    try:
+        await asyncio.sleep(1.5)
+        assert link.lag_s > 1.0
+        for _ in range(3):
+            resp = await client.post("/v1/completions", json=GREEDY)
+            assert resp.status == 200 and await resp.read() == direct
+        assert client.app[MIRROR_KEY].inflight == 0
+    finally:
+        os.kill(link.pid, signal.SIGCONT)
+    text = await (await api.get("/metrics")).text()
+    dropped = _samples(text)[("vllm_cutover_shadow_dropped_total", (("reason", "worker_busy"),))]
+    assert dropped == 3
+    for _ in range(100):  # its reports come back, its lag decays: mirroring resumes
+        if link.lag_s < 0.05:
+            break
+        await asyncio.sleep(0.05)
+    await (await client.post("/v1/completions", json=GREEDY)).read()
+    await _stats_when(api, _recorded(2))
+
+
 async def test_shutdown_records_every_mirror_in_flight(backend, proxy, admin, make_config,
                                                         tmp_path, aiohttp_client):
     db = tmp_path / "records.sqlite"
