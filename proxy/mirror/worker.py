@@ -3,7 +3,8 @@
 `vllm-cutover proxy` starts it (`proxy.mirror.remote`) so that what a mirrored
 request costs beyond relaying it (two more answers received and parsed, the
 primary's stream parsed, the comparison, SQLite, the statistics of the gate) runs
-on another core and under another GIL than the client path. It runs the same
+under another GIL than the client path, at idle priority, and on other CPUs when
+`--worker-cpus` gives them. It runs the same
 `Mirror`/`Exchange` code as the in-process mode; the proxy sends it each sampled
 request, the primary's relayed bytes with their arrival times, and how the
 primary's answer ended. perf_counter is the system's monotonic clock, so times
@@ -17,7 +18,8 @@ Messages (tuples, the kind first). Proxy -> worker:
   ("end", xid, content_type, payloads, times, status, error, cancelled, t_end)
   ("call", call_id, name, args)                       gate | aggregates | records | metrics
   ("shutdown",)
-Worker -> proxy: ("ready",), ("done", xid), ("reply", call_id, ok, value), ("bye", n).
+Worker -> proxy: ("ready",), ("done", xid), ("reply", call_id, ok, value), ("bye", n),
+  ("lag", seconds) every LAG_REPORT_S when overload shedding is on.
 """
 
 from __future__ import annotations
@@ -272,7 +274,7 @@ async def serve(sock: socket.socket) -> None:
 def lower_priority() -> str:
     """Run only when nothing else wants the CPU: the relay (and the load on a shared
     machine) preempts this process at once, so capture never delays a client; when the
-    CPUs are busy, mirrors back up and the proxy drops new ones (counted), not the reverse."""
+    CPUs are busy, this loop lags and the proxy drops new mirrors (counted), not the reverse."""
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         return "SCHED_IDLE"
