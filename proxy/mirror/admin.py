@@ -126,7 +126,8 @@ async def get_stats(request: web.Request) -> web.Response:
     if isinstance(mirror, RemoteMirror):
         link = mirror.link
         stats["live"]["capture_worker"] = {"pid": link.pid, "running": link.ready,
-                                           "restarts": link.restarts}
+                                           "restarts": link.restarts,
+                                           "scheduling": link.scheduling}
     return _json(stats)
 
 

@@ -66,6 +66,7 @@ class WorkerLink:
         self._restarter: asyncio.Task[None] | None = None
         self._lag_s = 0.0
         self._lag_at = 0.0
+        self.scheduling = ""  # as the worker reports it: SCHED_IDLE, nice 19 or normal
 
     @property
     def pid(self) -> int | None:
@@ -104,7 +105,8 @@ class WorkerLink:
                 from None
         self.ready = True
         self._lag_s, self._lag_at = 0.0, time.monotonic()
-        log.info("capture worker started (pid %d)", self.process.pid)
+        log.info("capture worker started (pid %d, %s, CPUs %s)", self.process.pid,
+                 self.scheduling, ",".join(map(str, self.cpus)) if self.cpus else "inherited")
 
     def send(self, message: tuple[Any, ...]) -> bool:
         channel = self.channel
@@ -152,6 +154,7 @@ class WorkerLink:
         elif kind == "lag":
             self._lag_s, self._lag_at = message[1], time.monotonic()
         elif kind == "ready":
+            self.scheduling = message[1]
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
         elif kind == "bye" and self._bye is not None and not self._bye.done():

@@ -18,7 +18,7 @@ Messages (tuples, the kind first). Proxy -> worker:
   ("end", xid, content_type, payloads, times, status, error, cancelled, t_end)
   ("call", call_id, name, args)                       gate | aggregates | records | metrics
   ("shutdown",)
-Worker -> proxy: ("ready",), ("done", xid), ("reply", call_id, ok, value), ("bye", n),
+Worker -> proxy: ("ready", scheduling), ("done", xid), ("reply", call_id, ok, value), ("bye", n),
   ("lag", seconds) every LAG_REPORT_S when overload shedding is on.
 """
 
@@ -86,9 +86,10 @@ class _Pending:
 class CaptureWorker:
     """The worker's state, built from the proxy's configuration."""
 
-    def __init__(self, config: ProxyConfig, channel: Channel) -> None:
+    def __init__(self, config: ProxyConfig, channel: Channel, scheduling: str) -> None:
         self.config = config
         self.channel = channel
+        self.scheduling = scheduling  # what lower_priority() got, for the proxy's log
         self.metrics = ProxyMetrics(CollectorRegistry())
         self.tasks = BackgroundTasks()
         sync = SqliteStore(config.store.db_path, config.store.retention_rows,
@@ -122,7 +123,7 @@ class CaptureWorker:
                 loop.create_task(self.mirror.watch_loop_lag(), name="loop-lag"),
                 loop.create_task(self._report_lag(), name="lag-report"),
             ]
-        self.channel.send(("ready",))
+        self.channel.send(("ready", self.scheduling))
 
     async def _report_lag(self) -> None:
         """Tell the proxy how late this loop runs, so it sheds mirrors while the worker is
@@ -239,7 +240,7 @@ class CaptureWorker:
             self.stopped.set_result(None)
 
 
-async def serve(sock: socket.socket) -> None:
+async def serve(sock: socket.socket, scheduling: str = "normal") -> None:
     """Answer the proxy on `sock` until it says shutdown or goes away."""
     loop = asyncio.get_running_loop()
     worker: CaptureWorker | None = None
@@ -254,7 +255,7 @@ async def serve(sock: socket.socket) -> None:
             config, level = message[1], message[2]
             logging.basicConfig(
                 level=level, format="%(asctime)s %(levelname)s capture-worker %(name)s: %(message)s")
-            worker = CaptureWorker(config, channel)
+            worker = CaptureWorker(config, channel, scheduling)
             opening.append(loop.create_task(worker.open(), name="open"))
 
     def on_lost(exc: Exception | None) -> None:
@@ -295,15 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C or a group SIGTERM must not kill the records in flight here.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if args.priority == "idle":
-        lower_priority()
+    scheduling = lower_priority() if args.priority == "idle" else "normal"
     sock = socket.socket(fileno=args.fd)
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(sock))
+        asyncio.run(serve(sock, scheduling))
     else:
-        uvloop.run(serve(sock))
+        uvloop.run(serve(sock, scheduling))
     return 0
 
 

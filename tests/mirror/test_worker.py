@@ -58,7 +58,8 @@ async def test_worker_records_compares_and_merges_metrics(backend, proxy, admin,
     assert stats["shadow"]["compared"] == 3 and stats["shadow"]["diverged"] == 0
     assert stats["baseline"]["compared"] == 3
     assert stats["live"]["capture_worker"] == {"pid": mirror.link.pid, "running": True,
-                                               "restarts": 0}
+                                               "restarts": 0, "scheduling": "SCHED_IDLE"}
+    assert os.sched_getscheduler(mirror.link.pid) == os.SCHED_IDLE  # the kernel agrees
     (first, *_) = (await (await api.get("/admin/records", headers=AUTH)).json())["records"]
     primary_capture = next(c for c in first["captures"] if c["role"] == "primary")
     assert primary_capture["status"] == 200 and primary_capture["ttft_s"] > 0
