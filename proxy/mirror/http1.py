@@ -329,51 +329,72 @@ class Http1Connection(asyncio.Protocol):
             return data
         if mode != "chunked":
             return b""
-        buf = self._buf
-        if not buf and self._state == _SIZE:
-            # The usual read: whole chunks ("size CRLF data CRLF"), no copies through buf.
+        if self._buf:  # the unfinished size line (or CRLF, trailer) of the last read
+            data = bytes(self._buf) + data
+            self._buf = bytearray()
+        elif self._state == _SIZE:
+            # The usual read: whole chunks ("size CRLF data CRLF"), one slice per chunk.
             whole = self._whole_chunks(data)
             if whole is not None:
                 return whole
-        buf += data
+        return self._dechunk(data)
+
+    def _dechunk(self, data: bytes) -> bytes:
+        """De-chunk `data` from wherever the last read stopped, in one pass over it.
+
+        Positions move through `data` (no copies of what is left, so a read of many
+        chunks costs linear time); an unfinished size line, CRLF or trailer line is
+        kept in `_buf` for the next read.
+        """
         out: list[bytes] = []
-        while buf:
-            if self._state == _SIZE:
-                i = buf.find(b"\r\n")
-                if i < 0:
-                    if len(buf) > 1024:
+        pos, end = 0, len(data)
+        state, left = self._state, self._left
+        while pos < end:
+            if state == _DATA:
+                stop = min(pos + left, end)
+                out.append(data[pos:stop])
+                left -= stop - pos
+                pos = stop
+                if left == 0:
+                    state = _CRLF
+            elif state == _CRLF:
+                if end - pos < 2:
+                    if data[pos:] != b"\r":
                         raise UpstreamError("bad_response")
+                    self._buf += data[pos:]
                     break
-                size = int(bytes(buf[:i]).split(b";", 1)[0].strip(), 16)
-                if size < 0:
+                if data[pos:pos + 2] != b"\r\n":
                     raise UpstreamError("bad_response")
-                del buf[:i + 2]
-                self._left, self._state = size, (_DATA if size else _TRAILER)
-            elif self._state == _DATA:
-                take = min(self._left, len(buf))
-                out.append(bytes(buf[:take]))
-                del buf[:take]
-                self._left -= take
-                if self._left == 0:
-                    self._state = _CRLF
-            elif self._state == _CRLF:
-                if len(buf) < 2:
-                    break
-                if buf[:2] != b"\r\n":
-                    raise UpstreamError("bad_response")
-                del buf[:2]
-                self._state = _SIZE
-            else:
-                i = buf.find(b"\r\n")
+                pos += 2
+                state = _SIZE
+            elif state == _SIZE:
+                i = data.find(b"\r\n", pos)
                 if i < 0:
+                    if end - pos > 1024:
+                        raise UpstreamError("bad_response")
+                    self._buf += data[pos:]
                     break
-                del buf[:i + 2]
-                if i == 0:
+                left = int(data[pos:i].split(b";", 1)[0].strip(), 16)
+                if left < 0:
+                    raise UpstreamError("bad_response")
+                pos = i + 2
+                state = _DATA if left else _TRAILER
+            else:  # trailer lines, then the blank line that ends the body
+                i = data.find(b"\r\n", pos)
+                if i < 0:
+                    if end - pos > MAX_HEAD_BYTES:
+                        raise UpstreamError("bad_response")
+                    self._buf += data[pos:]
+                    break
+                if i == pos:
                     self._complete = True
-                    if buf:
-                        self.keep_alive = False
-                    buf.clear()
+                    if i + 2 < end:
+                        self.keep_alive = False  # bytes beyond the answer: do not reuse
                     break
+                pos = i + 2
+        self._state, self._left = state, left
+        if not out:
+            return b""
         return out[0] if len(out) == 1 else b"".join(out)
 
     def _whole_chunks(self, data: bytes) -> bytes | None:

@@ -158,6 +158,10 @@ async def test_keep_alive_reuse_and_request_shape():
     (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", "reset"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "bad_response"),
     (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", "bad_response"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY0\r\n\r\n", "bad_response"),
+    # A trailer that never ends is refused once it is longer than a head may be.
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: " + b"a" * 70_000,
+     "bad_response"),
     (b"", "reset"),
 ])
 async def test_errors_have_kinds(answer, kind):
