@@ -31,6 +31,8 @@ def _relay_rate(
     out = Outcome()
     results = {p: LoadResult() for p in cfg.paths}
     cpu_s = {p: 0.0 for p in cfg.paths}
+    system_s = {p: 0.0 for p in cfg.paths}
+    own_cpu_s = {p: 0.0 for p in cfg.paths}
     with servers_for(cfg, layout, tmp, 0.0, itl_ms) as servers:
         for _ in range(cfg.reps):
             for path in cfg.paths:
@@ -39,14 +41,22 @@ def _relay_rate(
                                  tokens * itl_ms / 1000)
                 merge(results[path], run_load(spec, on_window=marks))
                 cpu_s[path] += marks.seconds
+                system_s[path] += marks.system_seconds
+                own_cpu_s[path] += marks.own_seconds
         counters = mirror_counters(servers["proxy"]) if "proxy" in servers else {}
     out.errors = {p: r.errors for p, r in results.items()}
     capacity = {p: (r.events / cpu_s[p] if cpu_s[p] > 0 else math.nan) for p, r in results.items()}
     busy = {p: cpu_s[p] / r.window_s if r.window_s else math.nan for p, r in results.items()}
+    # Kernel time is the read and the write per event (and the loopback TCP work they do):
+    # the same syscalls for every relay, so what is left, user time, is where relays differ.
+    us_per_event = {p: {"user": (cpu_s[p] - system_s[p]) * 1e6 / r.events,
+                        "kernel": system_s[p] * 1e6 / r.events}
+                    for p, r in results.items() if r.events and p != "direct"}
     out.raw = {
         "concurrency": concurrency, "tokens": tokens, "itl_ms": itl_ms, "proxy_counters": counters,
         "paths": {p: {**summary(r), "server_cpu_s": cpu_s[p], "server_cpu_busy": busy[p],
-                      "events_per_cpu_s": capacity[p]} for p, r in results.items()},
+                      "server_system_cpu_s": system_s[p], "events_per_cpu_s": capacity[p],
+                      "cpu_us_per_event": us_per_event.get(p)} for p, r in results.items()},
     }
     direct_rate = results["direct"].events_per_s
     out.figures.append(Figure(scenario, "direct events/s (load limit)", direct_rate, "ev/s"))
@@ -58,10 +68,25 @@ def _relay_rate(
             results[path].events_per_s, "ev/s",
             reference="direct", reference_value=direct_rate, compare="ratio",
         ))
+        if path in us_per_event:
+            for part in ("kernel", "user"):
+                reference = us_per_event.get("nginx") if path != "nginx" else None
+                out.figures.append(Figure(
+                    scenario, f"{path} {part} CPU per event", us_per_event[path][part], "us",
+                    reference="nginx" if reference else "",
+                    reference_value=reference[part] if reference else None, compare="ratio"))
         if path != "proxy":
             out.figures.append(Figure(scenario, f"{path} events per CPU-s", capacity[path], "ev/s"))
             continue
         ref = capacity.get("nginx")
+        if 0 < own_cpu_s[path] < cpu_s[path]:
+            # With a capture worker: the relay's own core, were the worker on another one.
+            own = results[path].events / own_cpu_s[path]
+            out.raw["proxy_relay_process_events_per_cpu_s"] = own
+            out.figures.append(Figure(
+                scenario, "proxy relay process alone, events per CPU-s", own, "ev/s",
+                reference="nginx" if ref is not None else "", reference_value=ref,
+                compare="ratio"))
         value = capacity[path]
         ok = value >= 40_000 and (ref is None or value >= ref)
         out.figures.append(Figure(

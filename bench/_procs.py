@@ -144,17 +144,23 @@ def tree_pids(pid: int) -> list[int]:
     return out
 
 
-def cpu_seconds(pid: int, tree: bool = True) -> float:
-    """User + system CPU time of `pid` and (`tree`) its descendants, all threads included."""
+def cpu_times(pid: int, tree: bool = True) -> tuple[float, float]:
+    """(user, system) CPU seconds of `pid` and (`tree`) its descendants, all threads included."""
     ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
+    user = system = 0
     for each in tree_pids(pid) if tree else [pid]:
         try:
             fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / ticks
+        user += int(fields[11])  # utime
+        system += int(fields[12])  # stime: syscalls, and the loopback TCP work they do
+    return user / ticks, system / ticks
+
+
+def cpu_seconds(pid: int, tree: bool = True) -> float:
+    """User + system CPU time of `pid` and (`tree`) its descendants, all threads included."""
+    return sum(cpu_times(pid, tree))
 
 
 class CpuMarks:
@@ -162,16 +168,28 @@ class CpuMarks:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.marks: dict[str, float] = {}
+        self.marks: dict[str, tuple[float, float]] = {}  # label -> (user, system)
         self.own_marks: dict[str, float] = {}  # `pid` alone (the proxy without its worker)
 
     def __call__(self, label: str) -> None:
-        self.marks[label] = cpu_seconds(self.pid)
+        self.marks[label] = cpu_times(self.pid)
         self.own_marks[label] = cpu_seconds(self.pid, tree=False)
+
+    def _delta(self, index: int) -> float:
+        start, end = self.marks.get("start"), self.marks.get("end")
+        return end[index] - start[index] if start and end else 0.0
 
     @property
     def seconds(self) -> float:
-        return self.marks.get("end", 0.0) - self.marks.get("start", 0.0)
+        return self.user_seconds + self.system_seconds
+
+    @property
+    def user_seconds(self) -> float:
+        return self._delta(0)
+
+    @property
+    def system_seconds(self) -> float:
+        return self._delta(1)
 
     @property
     def own_seconds(self) -> float:
