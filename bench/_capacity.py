@@ -60,7 +60,7 @@ def _relay_rate(
     }
     direct_rate = results["direct"].events_per_s
     out.figures.append(Figure(scenario, "direct events/s (load limit)", direct_rate, "ev/s"))
-    for path in ("nginx", "bare", "unsampled", "proxy"):
+    for path in ("nginx-plain", "nginx", "bare", "unsampled", "proxy"):
         if path not in results:
             continue
         out.figures.append(Figure(
@@ -88,12 +88,18 @@ def _relay_rate(
                 reference="nginx" if ref is not None else "", reference_value=ref,
                 compare="ratio"))
         value = capacity[path]
-        ok = value >= 40_000 and (ref is None or value >= ref)
         out.figures.append(Figure(
             scenario, "proxy events per CPU-s (1 core)", value, "ev/s",
-            reference="nginx" if ref is not None else "", reference_value=ref, compare="ratio",
-            target=">= 40000 and >= nginx", passed=ok if not math.isnan(value) else False,
+            target=">= 40000", passed=value >= 40_000 if not math.isnan(value) else False,
         ))
+        for name in ("nginx-plain", "nginx"):  # the reference, then the stricter one
+            if name in capacity:
+                out.figures.append(Figure(
+                    scenario, f"proxy events per CPU-s vs {name}", value, "ev/s",
+                    reference=name, reference_value=capacity[name], compare="ratio",
+                    target=f">= {name}", passed=value >= capacity[name]
+                    if not math.isnan(value) else False,
+                ))
     return out
 
 

@@ -19,7 +19,7 @@ from _load import LoadResult, LoadSpec
 from _paths import BackendKind, Layout, Server, backend, bare_relay, mirroring_proxy, nginx
 from _procs import free_port
 
-PathName = Literal["direct", "proxy", "nginx", "bare", "unsampled"]
+PathName = Literal["direct", "proxy", "nginx", "nginx-plain", "bare", "unsampled"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,10 @@ def servers_for(cfg: BenchConfig, layout: Layout, tmp: Path, ttft_ms: float, itl
             servers["nginx"] = stack.enter_context(
                 nginx(layout, free_port(), primary.port, tmp / f"nginx-{primary.port}")
             )
+        if "nginx-plain" in cfg.paths:
+            servers["nginx-plain"] = stack.enter_context(nginx(
+                layout, free_port(), primary.port, tmp / f"nginx-plain-{primary.port}", plain=True
+            ))
         if "bare" in cfg.paths:
             servers["bare"] = stack.enter_context(bare_relay(layout, free_port(), primary.url))
         if "unsampled" in cfg.paths:  # the proxy's relay alone: --sample-rate 0

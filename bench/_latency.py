@@ -55,7 +55,7 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
     conc = cfg.latency_concurrency
     for q, _ in QUANTILES:
         out.figures.append(Figure("latency", f"direct TTFT {q} @{conc}", ttft["direct"][q], "ms"))
-    for path in ("nginx", "bare", "unsampled"):
+    for path in ("nginx-plain", "nginx", "bare", "unsampled"):
         if path in added:
             for q, _ in QUANTILES:
                 out.figures.append(Figure("latency", f"{path} added TTFT {q}", added[path][q], "ms",
@@ -79,17 +79,24 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
             reference_value=cpu_ms.get("nginx") if path != "nginx" else None, compare="ratio",
         ))
     if "proxy" in added:
-        nginx_added = added.get("nginx")
         for q, limit in (("p50", 1.0), ("p99", 3.0)):
             value = added["proxy"][q]
-            ok = value <= limit and (q != "p50" or nginx_added is None or value <= nginx_added[q])
             out.figures.append(Figure(
-                "latency", f"proxy added TTFT {q} @{conc}", value, "ms",
-                reference="nginx added" if nginx_added else "",
-                reference_value=nginx_added[q] if nginx_added else None, compare="delta",
-                target=f"<= {limit:g} ms" + (" and <= nginx" if q == "p50" else ""),
-                passed=ok if not math.isnan(value) else False,
+                "latency", f"proxy added TTFT {q} @{conc}", value, "ms", reference="direct",
+                reference_value=ttft["direct"][q], target=f"<= {limit:g} ms",
+                passed=value <= limit if not math.isnan(value) else False,
             ))
+        # The reference is nginx as a plain reverse proxy (Debian defaults); nginx
+        # tuned for streaming is the stricter one. Each is its own verdict.
+        for ref in ("nginx-plain", "nginx"):
+            if ref in added:
+                value, ref_value = added["proxy"]["p50"], added[ref]["p50"]
+                out.figures.append(Figure(
+                    "latency", f"proxy added TTFT p50 vs {ref}", value, "ms",
+                    reference=f"{ref} added", reference_value=ref_value, compare="delta",
+                    target=f"<= {ref}", passed=value <= ref_value if not math.isnan(value)
+                    else False,
+                ))
     return out
 
 

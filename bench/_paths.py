@@ -106,10 +106,12 @@ def mirror_counters(proxy: Server) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def nginx(layout: Layout, port: int, upstream_port: int, prefix: Path) -> Iterator[Server]:
-    argv = nginx_argv(prefix, port, upstream_port, layout.relay_cpus)
-    with _started(argv, port, "nginx", layout) as proc:
-        yield Server("nginx", port, proc.pid)
+def nginx(layout: Layout, port: int, upstream_port: int, prefix: Path,
+          plain: bool = False) -> Iterator[Server]:
+    name = "nginx-plain" if plain else "nginx"
+    argv = nginx_argv(prefix, port, upstream_port, layout.relay_cpus, plain)
+    with _started(argv, port, name, layout) as proc:
+        yield Server(name, port, proc.pid)
 
 
 @contextlib.contextmanager

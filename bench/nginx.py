@@ -1,7 +1,11 @@
 """nginx as the reference reverse proxy: a generated config in a temp prefix, run in the foreground.
 
-One worker process (pinned like the proxy under test), `proxy_buffering off` so SSE events
-are relayed as they arrive, HTTP/1.1 to the upstream with a keep-alive pool, no access log.
+Two configurations, both with one worker process pinned like the proxy under test:
+- "plain" (path `nginx-plain`), what the issue names: the Debian package as a plain reverse
+  proxy, `location / { proxy_pass ...; }` with the package's http-block defaults (HTTP/1.0
+  to the upstream, a new upstream connection per request, proxy buffering on, an access log);
+- "streaming" (path `nginx`), nginx at its best for SSE: `proxy_buffering off`, HTTP/1.1 to
+  the upstream with a keep-alive pool, no access log.
 """
 
 from __future__ import annotations
@@ -12,7 +16,34 @@ from pathlib import Path
 
 from _procs import pinned
 
-_CONF = """\
+_PLAIN_CONF = """\
+worker_processes 1;
+daemon off;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{
+    worker_connections 16384;
+}}
+http {{
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 65;
+    access_log {prefix}/access.log;
+    client_body_temp_path {prefix}/tmp/body;
+    proxy_temp_path {prefix}/tmp/proxy;
+    fastcgi_temp_path {prefix}/tmp/fastcgi;
+    uwsgi_temp_path {prefix}/tmp/uwsgi;
+    scgi_temp_path {prefix}/tmp/scgi;
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location / {{
+            proxy_pass http://127.0.0.1:{upstream_port};
+        }}
+    }}
+}}
+"""
+
+_STREAMING_CONF = """\
 worker_processes 1;
 worker_rlimit_nofile 20000;
 daemon off;
@@ -54,20 +85,22 @@ def nginx_binary() -> str | None:
     )
 
 
-def write_config(prefix: Path, port: int, upstream_port: int) -> Path:
+def write_config(prefix: Path, port: int, upstream_port: int, plain: bool = False) -> Path:
     """Write nginx.conf and its temp folders under `prefix`; return the config path."""
     (prefix / "tmp").mkdir(parents=True, exist_ok=True)
     (prefix / "logs").mkdir(exist_ok=True)
     conf = prefix / "nginx.conf"
-    conf.write_text(_CONF.format(prefix=prefix, port=port, upstream_port=upstream_port))
+    template = _PLAIN_CONF if plain else _STREAMING_CONF
+    conf.write_text(template.format(prefix=prefix, port=port, upstream_port=upstream_port))
     return conf
 
 
-def nginx_argv(prefix: Path, port: int, upstream_port: int, cpus: Sequence[int]) -> list[str]:
+def nginx_argv(prefix: Path, port: int, upstream_port: int, cpus: Sequence[int],
+               plain: bool = False) -> list[str]:
     """The command line of a foreground nginx relaying 127.0.0.1:port to upstream_port."""
     binary = nginx_binary()
     if binary is None:
         raise RuntimeError("nginx not found (Debian package `nginx`); use --paths without nginx")
-    conf = write_config(prefix, port, upstream_port)
+    conf = write_config(prefix, port, upstream_port, plain)
     # The master stays on `cpus` too: taskset's affinity is inherited by the worker.
     return pinned([binary, "-c", str(conf), "-p", str(prefix), "-e", str(prefix / "error.log")], cpus)

@@ -32,7 +32,7 @@ from _paths import Layout
 from _procs import cpu_count, raise_nofile
 from nginx import nginx_binary
 
-ALL_PATHS = ("direct", "proxy", "nginx", "bare", "unsampled")
+ALL_PATHS = ("direct", "proxy", "nginx-plain", "nginx", "bare", "unsampled")
 SCENARIOS = {"latency": latency, "throughput": throughput, "paced": paced, "impact": impact,
              "memory": memory_use}
 log = logging.getLogger("proxy_bench")
@@ -74,7 +74,7 @@ def run(cfg: BenchConfig, json_out: Path | None, keep_logs: bool) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
     layout = Layout(relay_cpus=(cpus[0],) if two_cores else (),
                     load_cpus=tuple(cpus[1:]) if two_cores else (), log_dir=tmp)
-    if "nginx" in cfg.paths and nginx_binary() is None:
+    if {"nginx", "nginx-plain"} & set(cfg.paths) and nginx_binary() is None:
         raise SystemExit("nginx is not installed (Debian package `nginx`); or drop it from --paths")
     print(f"proxy_bench: mode={cfg.mode} backend={cfg.backend} paths={','.join(cfg.paths)} "
           f"relay cpus={layout.relay_cpus or 'any'} load+backend cpus={layout.load_cpus or 'any'} "
@@ -119,9 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="short run, one round (~1-2 min)")
     size.add_argument("--smoke", action="store_true", help="tiny scale: proves the harness runs")
-    parser.add_argument("--paths", default="direct,proxy,nginx,bare,unsampled",
-                        help="paths to measure (direct is always measured; `unsampled`: the proxy "
-                        "with --sample-rate 0, its relay alone; default: %(default)s)")
+    parser.add_argument("--paths", default="direct,proxy,nginx-plain,nginx,bare,unsampled",
+                        help="paths to measure (direct is always measured; `nginx-plain`: the "
+                        "Debian package's defaults with only proxy_pass, `nginx`: tuned for "
+                        "streaming; `unsampled`: the proxy with --sample-rate 0, its relay "
+                        "alone; default: %(default)s)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help="scenarios to run (default: %(default)s)")
     parser.add_argument("--backend", choices=("inline", "sim"), default="inline",
