@@ -16,34 +16,9 @@ from pathlib import Path
 
 from _procs import pinned
 
-_PLAIN_CONF = """\
-worker_processes 1;
-daemon off;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log warn;
-events {{
-    worker_connections 16384;
-}}
-http {{
-    sendfile on;
-    tcp_nopush on;
-    keepalive_timeout 65;
-    access_log {prefix}/access.log;
-    client_body_temp_path {prefix}/tmp/body;
-    proxy_temp_path {prefix}/tmp/proxy;
-    fastcgi_temp_path {prefix}/tmp/fastcgi;
-    uwsgi_temp_path {prefix}/tmp/uwsgi;
-    scgi_temp_path {prefix}/tmp/scgi;
-    server {{
-        listen 127.0.0.1:{port} backlog=4096;
-        location / {{
-            proxy_pass http://127.0.0.1:{upstream_port};
-        }}
-    }}
-}}
-"""
-
-_STREAMING_CONF = """\
+# Process settings and temp folders, the same for both (worker_rlimit_nofile: enough
+# descriptors for 1000 streams and their upstream connections).
+_HEAD = """\
 worker_processes 1;
 worker_rlimit_nofile 20000;
 daemon off;
@@ -53,12 +28,29 @@ events {{
     worker_connections 16384;
 }}
 http {{
-    access_log off;
     client_body_temp_path {prefix}/tmp/body;
     proxy_temp_path {prefix}/tmp/proxy;
     fastcgi_temp_path {prefix}/tmp/fastcgi;
     uwsgi_temp_path {prefix}/tmp/uwsgi;
     scgi_temp_path {prefix}/tmp/scgi;
+"""
+
+_PLAIN_CONF = _HEAD + """\
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 65;
+    access_log {prefix}/access.log;
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location / {{
+            proxy_pass http://127.0.0.1:{upstream_port};
+        }}
+    }}
+}}
+"""
+
+_STREAMING_CONF = _HEAD + """\
+    access_log off;
     keepalive_requests 1000000;
     upstream backend {{
         server 127.0.0.1:{upstream_port};
