@@ -69,8 +69,8 @@ def _relay_rate(
             reference="direct", reference_value=direct_rate, compare="ratio",
         ))
         if path in us_per_event:
+            reference = us_per_event.get("nginx") if path != "nginx" else None
             for part in ("kernel", "user"):
-                reference = us_per_event.get("nginx") if path != "nginx" else None
                 out.figures.append(Figure(
                     scenario, f"{path} {part} CPU per event", us_per_event[path][part], "us",
                     reference="nginx" if reference else "",

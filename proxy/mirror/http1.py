@@ -393,8 +393,6 @@ class Http1Connection(asyncio.Protocol):
                     break
                 pos = i + 2
         self._state, self._left = state, left
-        if not out:
-            return b""
         return out[0] if len(out) == 1 else b"".join(out)
 
     def _whole_chunks(self, data: bytes) -> bytes | None:
