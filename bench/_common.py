@@ -103,7 +103,8 @@ def servers_for(cfg: BenchConfig, layout: Layout, tmp: Path, ttft_ms: float, itl
             roles += ["shadow"]
         backends = {
             role: stack.enter_context(
-                backend(layout, cfg.backend, role, free_port(), ttft_ms, itl_ms)
+                backend(layout, cfg.backend, role, free_port(), ttft_ms, itl_ms,
+                        mirror_target=role != "primary")
             )
             for role in roles
         }

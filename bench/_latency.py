@@ -78,6 +78,16 @@ def latency(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
             reference="nginx" if path != "nginx" and "nginx" in cpu_ms else "",
             reference_value=cpu_ms.get("nginx") if path != "nginx" else None, compare="ratio",
         ))
+    if counters:
+        # The shadow backends run at idle priority on the load CPUs: this shows they still
+        # answered (cut-off requests at the end of each window count as not comparable).
+        mirrored = counters.get('vllm_cutover_shadow_mirrored_total{role="shadow"}', 0.0)
+        compared = sum(counters.get(
+            f'vllm_cutover_comparisons_total{{against="shadow",deterministic="true",'
+            f'outcome="{outcome}"}}', 0.0) for outcome in ("match", "diverged"))
+        out.figures.append(Figure("latency", "proxy mirrors compared, of mirrored", compared,
+                                  "", reference="mirrored", reference_value=mirrored,
+                                  compare="ratio"))
     if "proxy" in added:
         for q, limit in (("p50", 1.0), ("p99", 3.0)):
             value = added["proxy"][q]
@@ -114,9 +124,10 @@ def impact(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
         primary = stack.enter_context(backend(layout, cfg.backend, "primary", free_port(),
                                               cfg.impact_ttft_ms, cfg.impact_itl_ms))
         normal = stack.enter_context(backend(layout, cfg.backend, "shadow", free_port(),
-                                             cfg.impact_ttft_ms, cfg.impact_itl_ms))
+                                             cfg.impact_ttft_ms, cfg.impact_itl_ms,
+                                             mirror_target=True))
         slow = stack.enter_context(backend(layout, cfg.backend, "slow-shadow", free_port(),
-                                           slow_ttft, slow_itl))
+                                           slow_ttft, slow_itl, mirror_target=True))
         shadows = {"normal": normal.url, "slow": slow.url,
                    "dead": f"http://127.0.0.1:{dead_port()}"}
         proxies = {

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from _procs import pinned, python, scrape_counters, started
+from _procs import at_idle_priority, pinned, python, scrape_counters, started
 from nginx import nginx_argv
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -60,9 +60,18 @@ def backend_argv(kind: BackendKind, port: int, ttft_ms: float, itl_ms: float) ->
 
 @contextlib.contextmanager
 def backend(
-    layout: Layout, kind: BackendKind, name: str, port: int, ttft_ms: float, itl_ms: float
+    layout: Layout, kind: BackendKind, name: str, port: int, ttft_ms: float, itl_ms: float,
+    mirror_target: bool = False,
 ) -> Iterator[Server]:
-    argv = pinned(backend_argv(kind, port, ttft_ms, itl_ms), layout.load_cpus)
+    """A simulated backend on the load CPUs. A `mirror_target` (shadow, baseline) stands for
+    another machine: it runs at idle priority, so on a small machine it only takes CPU time
+    the primary backend and the load generator leave, and the primary's own answers are not
+    slowed by work that a real deployment does elsewhere. The proxy's side of mirroring
+    (capture worker, relay) is measured in full either way."""
+    argv = backend_argv(kind, port, ttft_ms, itl_ms)
+    if mirror_target:
+        argv = at_idle_priority(argv)
+    argv = pinned(argv, layout.load_cpus)
     with _started(argv, port, name, layout) as proc:
         yield Server(name, port, proc.pid)
 

@@ -41,6 +41,13 @@ def pinned(argv: Sequence[str], cpus: Sequence[int]) -> list[str]:
     return list(argv)
 
 
+def at_idle_priority(argv: Sequence[str]) -> list[str]:
+    """Prefix argv with `chrt --idle 0` (Linux SCHED_IDLE) where chrt exists (it execs too)."""
+    if shutil.which("chrt"):
+        return ["chrt", "--idle", "0", *argv]
+    return list(argv)
+
+
 def wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float, name: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
