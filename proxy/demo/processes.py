@@ -1,8 +1,10 @@
 """Child processes of the demo (simulated backends, the proxy) on loopback ports.
 
 Each child is a `python -m proxy ...` of this same installation, so the demo
-exercises the real command lines. Children are always terminated, then killed
-if they do not exit in time.
+exercises the real command lines. Each child's log (stderr) goes to its own file,
+never to a pipe nobody reads while the demo runs: a chatty child would fill the
+pipe and block. Children are always terminated, then killed if they do not exit
+in time.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Child:
     name: str
     process: subprocess.Popen[str]
     url: str
+    log_path: Path
     admin_url: str | None = None
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
@@ -67,29 +70,34 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def _spawn(argv: Sequence[str], capture_stdout: bool) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "proxy", "--log-level", "WARNING", *argv],
-        stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=child_env(),
-    )
+def _spawn(argv: Sequence[str], capture_stdout: bool, log_path: Path) -> subprocess.Popen[str]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", encoding="utf-8") as log_file:  # the child keeps its own copy
+        return subprocess.Popen(
+            [sys.executable, "-m", "proxy", "--log-level", "WARNING", *argv],
+            stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
+            stderr=log_file,
+            text=True,
+            env=child_env(),
+        )
 
 
-def _failure(name: str, process: subprocess.Popen[str]) -> DemoError:
+def _failure(name: str, process: subprocess.Popen[str], log_path: Path) -> DemoError:
     err = ""
-    if process.poll() is not None and process.stderr is not None:
-        err = process.stderr.read()[-2000:]
-    return DemoError(f"{name} did not start (exit {process.returncode}): {err.strip()}")
+    if process.poll() is not None:
+        err = log_path.read_text(encoding="utf-8", errors="replace")[-2000:].strip()
+    return DemoError(f"{name} did not start (exit {process.returncode}): {err} "
+                     f"(log: {log_path})")
 
 
-def spawn_sim(knobs: Sequence[str]) -> subprocess.Popen[str]:
-    """`vllm-cutover sim --port 0 KNOBS`; pair with `sim_ready` (start several, then wait)."""
-    return _spawn(["sim", "--host", LOOPBACK, "--port", "0", *knobs], capture_stdout=True)
+def spawn_sim(knobs: Sequence[str], log_path: Path) -> subprocess.Popen[str]:
+    """`vllm-cutover sim --port 0 KNOBS`, logging to `log_path`; pair with `sim_ready`
+    (start several, then wait). Its stdout carries only the ready line."""
+    return _spawn(["sim", "--host", LOOPBACK, "--port", "0", *knobs], True, log_path)
 
 
-def sim_ready(name: str, process: subprocess.Popen[str], timeout_s: float = 20.0) -> Child:
+def sim_ready(name: str, process: subprocess.Popen[str], log_path: Path,
+              timeout_s: float = 20.0) -> Child:
     """Wait for the simulator's ready line and read its URL from it."""
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], timeout_s)
@@ -97,18 +105,20 @@ def sim_ready(name: str, process: subprocess.Popen[str], timeout_s: float = 20.0
     if match is None:
         process.kill()
         process.wait()
-        raise _failure(name, process)
-    return Child(name, process, match.group(1))
+        raise _failure(name, process, log_path)
+    return Child(name, process, match.group(1), log_path)
 
 
-def start_proxy(argv: Sequence[str], port: int, admin_port: int) -> Child:
+def start_proxy(argv: Sequence[str], port: int, admin_port: int, log_path: Path) -> Child:
     process = _spawn(
         # The demo shows every exchange compared: no overload shedding on a busy laptop.
         ["proxy", "--host", LOOPBACK, "--port", str(port), "--admin-port", str(admin_port),
          "--overload-lag-ms", "0", *argv],
-        capture_stdout=False,
+        False,
+        log_path,
     )
-    return Child("proxy", process, f"http://{LOOPBACK}:{port}", f"http://{LOOPBACK}:{admin_port}")
+    return Child("proxy", process, f"http://{LOOPBACK}:{port}", log_path,
+                 f"http://{LOOPBACK}:{admin_port}")
 
 
 async def wait_http(child: Child, url: str, timeout_s: float = 20.0) -> None:
@@ -119,7 +129,7 @@ async def wait_http(child: Child, url: str, timeout_s: float = 20.0) -> None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
         while time.monotonic() < deadline:
             if child.process.poll() is not None:
-                raise _failure(child.name, child.process)
+                raise _failure(child.name, child.process, child.log_path)
             try:
                 async with session.get(url) as resp:
                     await resp.read()

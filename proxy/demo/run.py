@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from proxy.demo.processes import (
@@ -194,18 +195,21 @@ async def _drive(
     return {"status": status, "gate": gate, "direct_same": same, "direct_checked": len(checks)}
 
 
-def _start_backends(config: DemoConfig, db_path: str, children: list[Child]) -> list[str]:
+def _start_backends(config: DemoConfig, db_path: str, log_dir: Path,
+                    children: list[Child]) -> list[str]:
     """Start old, new, baseline and the proxy (appended to `children`); lines to print."""
     knobs = sim_knobs(config)
-    spawned = {name: spawn_sim(args) for name, args in knobs.items()}
+    logs = {name: log_dir / f"sim-{name}.log" for name in knobs}
+    spawned = {name: spawn_sim(args, logs[name]) for name, args in knobs.items()}
     lines = [f"\n== 2. Simulated backends (scenario: {config.scenario})"]
     for name, process in spawned.items():
-        children.append(sim_ready(name, process))
+        children.append(sim_ready(name, process, logs[name]))
         lines.append(f"  {name:<8} {children[-1].url}  vllm-cutover sim {' '.join(knobs[name])}")
     old, new, baseline = children
     port, admin_port = free_port(), free_port()
     routes = ["--primary", old.url, "--shadow", new.url, "--baseline", baseline.url]
-    children.append(start_proxy([*routes, "--db", db_path], port, admin_port))
+    children.append(start_proxy([*routes, "--db", db_path], port, admin_port,
+                                log_dir / "proxy.log"))
     lines += [
         "\n== 3. The mirroring proxy and client traffic",
         (
@@ -241,7 +245,7 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
     launcher = start_launcher_dry_run() if config.launcher else None
     children: list[Child] = []
     try:
-        lines = _start_backends(config, db_path, children)
+        lines = _start_backends(config, db_path, Path(out_dir) / "logs", children)
         if launcher is not None:
             say("== 1. The launcher keeps the old launch command working (dry run)")
             say(launcher_output(launcher))
@@ -267,5 +271,6 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
         out.write(render_html(report, title=f"vllm-cutover demo ({config.scenario})"))
     say(f"HTML report: {html_path}")
     say(f"Records:     {db_path}")
+    say(f"Logs:        {os.path.join(out_dir, 'logs')}")
     say(f"Demo finished in {time.monotonic() - started:.1f} s; verdict {report.gate.verdict}.")
     return 0

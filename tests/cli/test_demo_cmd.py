@@ -36,6 +36,8 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     assert re.search(r"/admin/gate -> HTTP 409", out)
     assert "  verdict: fail" in out  # the live gate and the report agree
     assert "VERDICT: FAIL" in out and "fail: new-vs-old match rate" in out
+    assert {p.name for p in (tmp_path / "logs").iterdir()} == {
+        "proxy.log", "sim-old.log", "sim-new.log", "sim-baseline.log"}
     html = re.search(r"HTML report: (\S+)", out)
     assert html and Path(html.group(1)).read_text().count("<svg") == 3
     report = subprocess.run(
@@ -96,6 +98,12 @@ def test_invalid_demo_settings_are_refused() -> None:
     assert done.returncode == 2 and "999" in done.stderr
 
 
-def test_a_backend_that_cannot_start_is_reported() -> None:
-    with pytest.raises(DemoError, match="error_rate"):
-        sim_ready("broken", spawn_sim(["--error-rate", "7"]), timeout_s=30)
+def test_a_backend_that_cannot_start_is_reported_from_its_log(tmp_path: Path) -> None:
+    log_path = tmp_path / "logs" / "sim-broken.log"
+    process = spawn_sim(["--error-rate", "7"], log_path)
+    # Its log goes to a file, not a pipe the demo would have to drain while it runs.
+    assert process.stderr is None
+    with pytest.raises(DemoError, match="error_rate") as raised:
+        sim_ready("broken", process, log_path, timeout_s=30)
+    assert str(log_path) in str(raised.value)
+    assert "error_rate" in log_path.read_text()
