@@ -1,11 +1,11 @@
 """Build a `Capture` from one backend's response while it is relayed (no I/O).
 
 The mirror feeds raw bytes with `time.perf_counter()` stamps; timing follows
-`vllm bench serve`: TTFT is the first chunk whose choices carry output (text,
-delta content, reasoning, tool calls or token ids), so the role-only opening
-chunk of chat and the trailing usage chunk do not count; ITL are the gaps
-between later output-carrying chunks. Per chunk only the SSE framing is split:
-each event's data bytes are kept with their arrival time and parsed in batches
+`vllm bench serve`: TTFT is the first chunk with a non-empty `choices` list,
+whatever it carries (chat's role-only opening chunk, an empty text held back by
+the detokenizer), so only the trailing usage chunk (`choices: []`) does not
+count; ITL are the gaps between later chunks with choices. Per chunk only the
+SSE framing is split: each event's data bytes are kept with their arrival time and parsed in batches
 (every `BATCH_EVENTS` events and in `finish`), with orjson when installed or as
 one JSON array otherwise, which is several times cheaper than one parse per
 event and gives the same `Capture` (an event that breaks a batch is parsed
@@ -202,7 +202,8 @@ class CaptureBuilder:
         self.events += 1
         choices = obj.get("choices")
         if choices:
-            if self._absorb_choices(choices):
+            self._absorb_choices(choices)
+            if self._error is None:  # any chunk with choices, output or not (vllm bench serve)
                 if self._t_first is None:
                     self._t_first = t
                 else:

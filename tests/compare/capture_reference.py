@@ -5,11 +5,11 @@ checks that the batched builder gives the same `Capture` on many generated strea
 Original description follows.
 
 The mirror feeds raw bytes with `time.perf_counter()` stamps; timing follows
-`vllm bench serve`: TTFT is the first chunk whose choices carry output (text,
-delta content, reasoning, tool calls or token ids), so the role-only opening
-chunk of chat and the trailing usage chunk do not count; ITL are the gaps
-between later output-carrying chunks. Per event only the JSON is parsed and a
-few references kept; logprobs are flattened once, in `finish`.
+`vllm bench serve`: TTFT is the first chunk with a non-empty `choices` list,
+whatever it carries (chat's role-only opening chunk, an empty text held back by
+the detokenizer), so only the trailing usage chunk (`choices: []`) does not
+count; ITL are the gaps between later chunks with choices. Per event only the
+JSON is parsed and a few references kept; logprobs are flattened once, in `finish`.
 """
 
 from __future__ import annotations
@@ -184,7 +184,8 @@ class CaptureBuilder:
         self.events += 1
         choices = obj.get("choices")
         if choices:
-            if self._absorb_choices(choices):
+            self._absorb_choices(choices)
+            if self._error is None:  # any chunk with choices, output or not (vllm bench serve)
                 if self._t_first is None:
                     self._t_first = t
                 else:

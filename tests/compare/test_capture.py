@@ -20,13 +20,15 @@ def feed_events(raw: bytes, t0: float = 10.0, step: float = 0.01) -> tuple[Captu
     return builder.finish(200, stamps[-1] + step), stamps
 
 
-def test_chat_stream_timing_excludes_role_finish_and_usage_chunks(
+def test_chat_stream_timing_counts_chunks_with_choices_not_the_usage_chunk(
     chat_stream: Callable[..., bytes],
 ) -> None:
     cap, stamps = feed_events(chat_stream())
-    # events: role, 6 content, finish, usage, DONE
-    assert cap.ttft_s == pytest.approx(stamps[1] - 10.0)
-    assert len(cap.itl_s) == 5
+    # events: role, 6 content, finish, usage, DONE. As vllm bench serve times them: TTFT
+    # at the first chunk with choices (the role chunk), one gap per later one (6 content
+    # chunks and the finish chunk); the usage chunk has `choices: []`.
+    assert cap.ttft_s == pytest.approx(stamps[0] - 10.0)
+    assert len(cap.itl_s) == 7
     assert all(gap == pytest.approx(0.01) for gap in cap.itl_s)
     assert cap.e2e_s == pytest.approx(stamps[-1] + 0.01 - 10.0)
     assert cap.text == "Héllo 日本語 🙂!"
@@ -36,6 +38,18 @@ def test_chat_stream_timing_excludes_role_finish_and_usage_chunks(
     assert cap.finish_reason == "stop"
     assert cap.error is None and cap.status == 200 and cap.role == "shadow"
     assert cap.top_logprobs is None
+
+
+def test_a_completion_chunk_with_empty_text_is_the_first_token() -> None:
+    # vLLM holds back text the detokenizer cannot show yet (part of a UTF-8 character,
+    # a special token) and sends the chunk anyway; vllm bench serve times it as the TTFT.
+    events = (b'data: {"choices":[{"index":0,"text":"","finish_reason":null}]}\n\n'
+              b'data: {"choices":[{"index":0,"text":"\xc3\xa9","finish_reason":null}]}\n\n'
+              b'data: {"choices":[],"usage":{"completion_tokens":2}}\n\ndata: [DONE]\n\n')
+    cap, stamps = feed_events(events)
+    assert cap.ttft_s == pytest.approx(stamps[0] - 10.0)
+    assert cap.itl_s == pytest.approx((0.01,))
+    assert cap.text == "é" and cap.output_tokens == 2
 
 
 def test_output_tokens_fall_back_to_token_ids(chat_stream: Callable[..., bytes]) -> None:
