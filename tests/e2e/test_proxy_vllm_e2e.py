@@ -283,15 +283,21 @@ def test_gate_fails_a_diverging_shadow_without_baseline(trio: Trio, tmp_path: Pa
         assert total(samples, "vllm_cutover_verdict", verdict="pass") == 0
 
 
-def test_client_disconnect_aborts_generation_on_both_servers(trio: Trio, tmp_path: Path) -> None:
-    """The client hangs up after two SSE lines: primary and shadow stop generating at once."""
-    long_tokens = 400  # without an abort: exactly this many (ignore_eos), seconds on the CPU
+@dataclass(frozen=True)
+class HangUp:
+    captures: dict[str, dict[str, Any]]  # role -> the record's capture
+    cancelled_metric: float
+    made: list[float]  # tokens each server generated (primary, shadow)
+
+
+def hang_up_after_the_first_event(trio: Trio, work_dir: Path, long_tokens: int) -> HangUp:
+    """One streamed request through a fresh proxy; the client leaves after its first event."""
     body = request_body("completions", PROMPTS[1], True, temperature=0, ignore_eos=True)
     body["max_tokens"] = long_tokens
     servers = (trio.old_a, trio.old_b)
     generated = "vllm:generation_tokens_total"
     before = [vllm_counter(s.url, generated) for s in servers]
-    with start_proxy(tmp_path, trio.old_a.url, trio.old_b.url) as proxy:
+    with start_proxy(work_dir, trio.old_a.url, trio.old_b.url) as proxy:
         lines = read_then_hang_up(proxy.url + "/v1/completions", body, lines=2)
         assert lines[0].startswith(b"data: {")
         wait_for(lambda: proxy.settled(1, ("shadow",)), SETTLE_TIMEOUT_S, "the record")
@@ -299,13 +305,38 @@ def test_client_disconnect_aborts_generation_on_both_servers(trio: Trio, tmp_pat
                              for s in servers) or None, 60, "both servers idle")
         record = proxy.admin("/admin/records", auth=True).json()["records"][0]
         cancelled = total(proxy.metrics(), "vllm_cutover_client_cancelled_total")
-    captures = {c["role"]: c for c in record["captures"]}
-    assert captures["primary"]["cancelled"] is True
-    assert captures["shadow"]["cancelled"] is True
-    assert cancelled == 1
     made = [vllm_counter(s.url, generated) - b for s, b in zip(servers, before)]
-    assert 0 < made[0] < long_tokens / 2, made  # the primary streamed a little, then stopped
-    assert made[1] < long_tokens / 2, made  # the shadow stopped too (or never started)
+    return HangUp({c["role"]: c for c in record["captures"]}, cancelled, made)
+
+
+def test_client_disconnect_aborts_generation_on_both_servers(trio: Trio, tmp_path: Path) -> None:
+    """The client hangs up after its first SSE event: primary and shadow stop generating.
+
+    The proof needs the shadow still generating when the client leaves. The two CPU
+    servers share this machine's cores, and now and then the primary's first token
+    comes seconds late, after the shadow has generated all its tokens: the shadow's
+    record is then rightly complete, not cancelled, and that attempt proves nothing
+    about the shadow, so it is made again (up to three times).
+    """
+    # Without an abort: exactly this many (ignore_eos), about 2 s on this CPU. "Stopped"
+    # means fewer: a tighter bound would measure this shared VM, whose client or whole
+    # machine sometimes stalls for half a second, not the proxy.
+    long_tokens = 450
+    for attempt in range(3):
+        got = hang_up_after_the_first_event(trio, tmp_path / f"attempt-{attempt}", long_tokens)
+        primary, shadow = got.captures["primary"], got.captures["shadow"]
+        assert primary["cancelled"] is True, primary
+        assert primary["ttft_s"] is not None  # the event the client read is in the record
+        assert got.cancelled_metric == 1
+        assert 0 < got.made[0] < long_tokens, got.made  # the primary stopped early
+        shadow_done_first = (not shadow["cancelled"] and shadow["output_tokens"] == long_tokens
+                             and shadow["e2e_s"] < primary["e2e_s"])
+        if shadow_done_first:
+            continue
+        assert shadow["cancelled"] is True, (primary, shadow)
+        assert got.made[1] < long_tokens, got.made  # the shadow stopped too
+        return
+    pytest.fail("three times the shadow finished before the primary's first token")
 
 
 def test_metrics_count_the_comparisons(identical_traffic: Traffic,
