@@ -87,7 +87,7 @@ def test_vllm_chat_stream_capture(vllm_streams: dict[str, bytes]) -> None:
     assert cap.finish_reason == "length"
     assert cap.sampled_tokens == ("Bon", "jour", " à", " toi")
     assert cap.top_logprobs is not None and cap.top_logprobs[2] == {" à": -0.5, "x": -1.5}
-    assert len(cap.itl_s) == 3
+    assert len(cap.itl_s) == 4  # the role chunk is the first with choices: it gives the TTFT
     meta = request_meta(b'{"messages": [], "temperature": 0, "logprobs": true}', "chat")
     assert meta is not None
     assert compare(cap, cap, meta, "shadow").outcome == "match"
