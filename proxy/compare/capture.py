@@ -5,11 +5,11 @@ The mirror feeds raw bytes with `time.perf_counter()` stamps; timing follows
 whatever it carries (chat's role-only opening chunk, an empty text held back by
 the detokenizer), so only the trailing usage chunk (`choices: []`) does not
 count; ITL are the gaps between later chunks with choices. Per chunk only the
-SSE framing is split: each event's data bytes are kept with their arrival time and parsed in batches
-(every `BATCH_EVENTS` events and in `finish`), with orjson when installed or as
-one JSON array otherwise, which is several times cheaper than one parse per
-event and gives the same `Capture` (an event that breaks a batch is parsed
-alone, as before). Logprobs are flattened once, in `finish`.
+SSE framing is split: each event's data bytes are kept with their arrival time
+and parsed in batches (every `BATCH_EVENTS` events and in `finish`), with orjson
+when installed or as one JSON array otherwise, which is several times cheaper
+than one parse per event and gives the same `Capture` (an event that breaks a
+batch is parsed alone, as before). Logprobs are flattened once, in `finish`.
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ def _failure(name: str, process: subprocess.Popen[str], log_path: Path) -> DemoE
 def spawn_sim(knobs: Sequence[str], log_path: Path) -> subprocess.Popen[str]:
     """`vllm-cutover sim --port 0 KNOBS`, logging to `log_path`; pair with `sim_ready`
     (start several, then wait). Its stdout carries only the ready line."""
-    return _spawn(["sim", "--host", LOOPBACK, "--port", "0", *knobs], True, log_path)
+    return _spawn(["sim", "--host", LOOPBACK, "--port", "0", *knobs],
+                  capture_stdout=True, log_path=log_path)
 
 
 def sim_ready(name: str, process: subprocess.Popen[str], log_path: Path,
@@ -114,8 +115,8 @@ def start_proxy(argv: Sequence[str], port: int, admin_port: int, log_path: Path)
         # The demo shows every exchange compared: no overload shedding on a busy laptop.
         ["proxy", "--host", LOOPBACK, "--port", str(port), "--admin-port", str(admin_port),
          "--overload-lag-ms", "0", *argv],
-        False,
-        log_path,
+        capture_stdout=False,
+        log_path=log_path,
     )
     return Child("proxy", process, f"http://{LOOPBACK}:{port}", log_path,
                  f"http://{LOOPBACK}:{admin_port}")

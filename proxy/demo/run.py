@@ -240,12 +240,13 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
     out_dir = config.out_dir or tempfile.mkdtemp(prefix="vllm-cutover-demo-")
     os.makedirs(out_dir, exist_ok=True)
     db_path, html_path = os.path.join(out_dir, "records.db"), os.path.join(out_dir, "report.html")
+    log_dir = Path(out_dir) / "logs"
     if os.path.exists(db_path):
         os.remove(db_path)
     launcher = start_launcher_dry_run() if config.launcher else None
     children: list[Child] = []
     try:
-        lines = _start_backends(config, db_path, Path(out_dir) / "logs", children)
+        lines = _start_backends(config, db_path, log_dir, children)
         if launcher is not None:
             say("== 1. The launcher keeps the old launch command working (dry run)")
             say(launcher_output(launcher))
@@ -271,6 +272,6 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
         out.write(render_html(report, title=f"vllm-cutover demo ({config.scenario})"))
     say(f"HTML report: {html_path}")
     say(f"Records:     {db_path}")
-    say(f"Logs:        {os.path.join(out_dir, 'logs')}")
+    say(f"Logs:        {log_dir}")
     say(f"Demo finished in {time.monotonic() - started:.1f} s; verdict {report.gate.verdict}.")
     return 0
