@@ -33,7 +33,9 @@ def replacement_of(action: Any, changes: Sequence[Any]) -> Replacement:
     flags = [t for s in action.replacement if s.kind != "env" for t in _tokens(s)]
     env = [(s.name, s.value or "") for s in action.replacement if s.kind == "env"]
     reason = "; ".join(dict.fromkeys(reasons + warnings)) or "deprecated for this version"
-    return Replacement(tuple(flags), tuple(env), reason, scope=_scope(action.source))
+    manual = next((c.manual for c in mine if c.manual), None)
+    return Replacement(tuple(flags), tuple(env), reason, scope=_scope(action.source),
+                       manual=manual)
 
 
 def _scope(setting: Any) -> str:

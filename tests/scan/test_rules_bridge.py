@@ -34,10 +34,11 @@ def test_env_var_mapping_to_a_flag_is_manual_not_guessed() -> None:
     assert "vLLM flag" in finding.note
 
 
-def test_old_env_var_renamed_in_place_for_021() -> None:
+def test_old_env_var_renamed_in_place_for_021_keeps_trtllm() -> None:
     text = "env:\n  - name: VLLM_USE_TRTLLM_FP4_GEMM\n    value: \"1\"\n"
     [(finding, plan)] = _findings("yaml", text, "0.21")
-    assert finding.fix == "VLLM_NVFP4_GEMM_BACKEND=flashinfer-cutlass"
+    assert finding.fix == "VLLM_NVFP4_GEMM_BACKEND=flashinfer-trtllm"
+    assert "explicit choice keeps its meaning" in finding.reason
     assert plan is not None
 
 
