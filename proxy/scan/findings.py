@@ -46,7 +46,7 @@ class Replacement:
             return "?"
         parts = [shlex.join(self.flags)] if self.flags else []
         parts += [f"{name}={value}" for name, value in self.env]
-        return " + ".join(parts) if parts else "no equivalent" if self.manual else "remove it"
+        return " + ".join(parts) if parts else "by hand" if self.manual else "remove it"
 
 
 # All settings of one file -> what each becomes (None: nothing to change).

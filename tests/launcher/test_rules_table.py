@@ -225,6 +225,6 @@ def test_scan_writes_what_launch_runs() -> None:
         launched = {c.old: c.new for c in _plan(cell)[1] if c.kind != "warning"}
         assert set(found) == set(launched), cell
         for old, new in launched.items():
-            assert found[old] == new if new else found[old] in ("remove it", "no equivalent")
+            assert found[old] == new if new else found[old] in ("remove it", "by hand")
             checked += 1
     assert checked > 300
