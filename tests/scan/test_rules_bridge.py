@@ -100,11 +100,11 @@ def test_fixed_dockerfile_exec_forms_stay_json(tmp_path: Path) -> None:
     # the export reaches a vLLM command that already names a non-FlashInfer --moe-backend
     ("export VLLM_USE_FLASHINFER_MOE_FP4=0\nvllm serve m --moe-backend marlin\n",
      "remove it", "fixable"),
-    ("export VLLM_USE_FLASHINFER_MOE_FP4=0\npython -m vllm.entrypoints.openai.api_server "
-     "--model m\n", "--moe-backend cutlass", "manual"),
+    (("export VLLM_USE_FLASHINFER_MOE_FP4=0\npython -m vllm.entrypoints.openai.api_server "
+      "--model m\n"), "--moe-backend cutlass", "manual"),
     # two vLLM commands read it differently: no single fix
-    ("export VLLM_USE_FLASHINFER_MOE_FP4=0\nvllm serve m --moe-backend marlin\n"
-     "vllm serve n --port 1\n", "by hand", "manual"),
+    (("export VLLM_USE_FLASHINFER_MOE_FP4=0\nvllm serve m --moe-backend marlin\n"
+      "vllm serve n --port 1\n"), "by hand", "manual"),
     # exports do not reach a container, nor a command before them
     ("export VLLM_USE_FLASHINFER_MOE_FP4=0\ndocker run img --moe-backend marlin\n",
      "--moe-backend cutlass", "manual"),
