@@ -1,6 +1,6 @@
 """The versioned translation table for vLLM's FP4 settings, as data.
 
-Three small tables, read together by `proxy.launcher.translate`:
+Three small tables, read together by `proxy.launcher.translate` and `proxy.launcher.choose`:
 - SOURCES: what is matched (a flag, an env var or a `--config` key, and its value), in which
   vLLM versions vLLM honours it, and which backend it asks for (the *intent*).
 - MECHANISMS: how a backend is selected in a given vLLM version, in order of preference.
