@@ -30,9 +30,11 @@ bare vLLM arguments (an image ENTRYPOINT of `vllm-cutover launch --`), which run
 `<vLLM python> -m vllm.entrypoints.openai.api_server` unless --exec-prefix is given.
 """
 EPILOG = """\
-policies: migrate (default) follows the upgrade guide: FlashInfer CuTe-DSL on SM100-family
-GPUs where the version has it, FlashInfer CUTLASS on SM120-family, Marlin below SM100;
-preserve keeps the nearest equivalent of what the old command asked for. From vLLM 0.30 the
+policies: migrate (default) moves only what the upgrade took away: a CUTLASS NVFP4 GEMM
+becomes FlashInfer CuTe-DSL on SM100-family GPUs where the version has it, FlashInfer CUTLASS
+on SM120-family, Marlin below SM100; preserve keeps CUTLASS. Other explicit choices keep their
+meaning under both policies; VLLM_USE_FLASHINFER_MOE_FP4=0 becomes --moe-backend cutlass
+(marlin below SM100) unless --moe-backend is given. From vLLM 0.30 the
 NVFP4 choice goes to --kernel-config linear_backend_per_quant, which touches NVFP4 layers
 only (--linear-backend would apply to every quantized linear layer). A new-style setting
 already in the command wins over a translated old one. Settings the target version accepts

@@ -10,10 +10,12 @@ from proxy.launcher.translate import Change
 
 
 def change_line(change: Change) -> str:
-    """`old -> new (why)`; removals read `old -> (removed)`, warnings start with `warning:`."""
+    """`old -> new (why)`; removals read `old -> (removed)`, warnings start with `warning:`,
+    and what has no equivalent ends with `[manual edit: ...]`."""
     if change.kind == "warning":
         return f"warning: {change.old}: {change.reason}"
-    return f"{change.old} -> {change.new if change.new is not None else '(removed)'} ({change.reason})"
+    line = f"{change.old} -> {change.new if change.new is not None else '(removed)'} ({change.reason})"
+    return line + (f" [manual edit: {change.manual}]" if change.manual else "")
 
 
 def vllm_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -49,7 +51,8 @@ def build_report(
         "argv": list(argv),
         "env": vllm_env(env),
         "changes": [
-            {"kind": c.kind, "old": c.old, "new": c.new, "reason": c.reason} for c in changes
+            {"kind": c.kind, "old": c.old, "new": c.new, "reason": c.reason, "manual": c.manual}
+            for c in changes
         ],
         "preflight": dict(preflight) if preflight is not None else None,
     }

@@ -1,11 +1,12 @@
 """The versioned translation table for vLLM's FP4 settings, as data.
 
-Three small tables, read together by `proxy.launcher.translate`:
+Three small tables, read together by `proxy.launcher.translate` and `proxy.launcher.choose`:
 - SOURCES: what is matched (a flag, an env var or a `--config` key, and its value), in which
   vLLM versions vLLM honours it, and which backend it asks for (the *intent*).
 - MECHANISMS: how a backend is selected in a given vLLM version, in order of preference.
-- CHOICES: which backend each policy picks per GPU family.
-Facts come from the shared VLLM_FP4_FACTS notes (vLLM 0.10.0 .. 0.33.x).
+- CHOICES: which backend each policy picks per GPU family, and for which asked backends.
+Facts come from the shared VLLM_FP4_FACTS notes (vLLM 0.10.0 .. 0.33.x) and vLLM 0.32's
+sources (its NVFP4 MoE backend oracle, for the FlashInfer opt-out).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ ALWAYS = SpecifierSet(">=0.0.0")
 AUTO = "auto"  # "let vLLM pick": nothing is emitted
 DROP = "drop"  # intent of a setting that must simply go (`--quantization nvfp4`)
 FROM_COMPANION = "@companion"  # intent read from the companion env var's value
+NOT_FLASHINFER = "!flashinfer"  # an opt-out: any MoE kernel but FlashInfer's
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class Source:
     companion: str | None = None
     companion_values: tuple[tuple[str, str | None], ...] = ()
     companion_default: str | None = None
+    off_note: str = ""  # why dropping a value that asks for nothing (`=0`) changes no kernel
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class Choice:
     candidates: tuple[str, ...]  # "{requested}" stands for the backend the old setting asked
     reason: str
     warning: str | None = None
+    # The asked backends this row is for (None: any). `migrate` moves only the CUTLASS GEMM.
+    applies_to: tuple[str, ...] | None = None
 
 
 def _same(*names: str) -> tuple[tuple[str, str | None], ...]:
@@ -90,6 +95,8 @@ def _same(*names: str) -> tuple[tuple[str, str | None], ...]:
 
 _BOOL_OFF = ("0", None)
 _REMOVED_024 = "removed in vLLM 0.24 (deprecated from 0.22)"
+# vLLM 0.32 tries these NVFP4 GEMMs only after Marlin, which runs on every GPU from SM75.
+_ONLY_WHEN_ASKED = "=0 is the default and vLLM runs {} only when asked, so no kernel changes"
 
 SOURCES: tuple[Source, ...] = (
     Source(
@@ -101,17 +108,20 @@ SOURCES: tuple[Source, ...] = (
         "env", "VLLM_USE_TRTLLM_FP4_GEMM", "linear", SpecifierSet(">=0.10.1,<0.11.1"), rank=1,
         about="VLLM_USE_TRTLLM_FP4_GEMM exists only in vLLM 0.10.1-0.11.0",
         values=(("1", "flashinfer_trtllm"), _BOOL_OFF), normalize="bool", strict=True,
+        off_note=_ONLY_WHEN_ASKED.format("FlashInfer's TRT-LLM FP4 GEMM"),
     ),
     Source(
         "env", "VLLM_USE_NVFP4_CT_EMULATIONS", "linear", SpecifierSet("<0.24"), rank=2,
         deprecated=SpecifierSet(">=0.22"), about=f"VLLM_USE_NVFP4_CT_EMULATIONS was {_REMOVED_024}",
         values=(("1", "emulation"), _BOOL_OFF), normalize="bool", strict=True,
+        off_note=_ONLY_WHEN_ASKED.format("the NVFP4 emulation"),
     ),
     Source(
         "env", "VLLM_USE_FBGEMM", "linear", SpecifierSet(">=0.11.0,<0.24"), rank=2,
         deprecated=SpecifierSet(">=0.22"),
         about=f"VLLM_USE_FBGEMM exists from vLLM 0.11.0 and was {_REMOVED_024}",
         values=(("1", "fbgemm"), _BOOL_OFF), normalize="bool", strict=True,
+        off_note=_ONLY_WHEN_ASKED.format("FBGEMM's NVFP4 GEMM"),
     ),
     Source(
         "env", "VLLM_NVFP4_GEMM_BACKEND", "linear", SpecifierSet(">=0.11.1,<0.24"), rank=3,
@@ -145,12 +155,13 @@ SOURCES: tuple[Source, ...] = (
         deprecated=SpecifierSet(">=0.22"),
         about=f"VLLM_FLASHINFER_MOE_BACKEND exists from vLLM 0.10.1 and was {_REMOVED_024}",
         values=(("throughput", None), ("latency", None), ("masked_gemm", None)), normalize="exact",
+        off_note="it only picked among FlashInfer MoE kernels for VLLM_USE_FLASHINFER_MOE_FP4=1",
     ),
     Source(
         "env", "VLLM_USE_FLASHINFER_MOE_FP4", "moe", SpecifierSet("<0.24"), rank=2,
         deprecated=SpecifierSet(">=0.22"), normalize="bool", strict=True,
         about=f"VLLM_USE_FLASHINFER_MOE_FP4 was {_REMOVED_024}",
-        values=(("1", FROM_COMPANION), _BOOL_OFF),
+        values=(("1", FROM_COMPANION), ("0", NOT_FLASHINFER)),
         companion="VLLM_FLASHINFER_MOE_BACKEND",
         companion_values=(
             ("throughput", "flashinfer_cutlass"), ("latency", "flashinfer_trtllm"),
@@ -249,20 +260,41 @@ MECHANISMS: tuple[Mechanism, ...] = (
     ),
 )
 
+_CUTLASS = ("cutlass",)
+_OPT_OUT = (NOT_FLASHINFER,)
+_GUIDE = "migrate: the upgrade moved the NVFP4 GEMM off vLLM's CUTLASS kernel, the guide says"
+_NO_FLASHINFER_MOE = ("an opt-out of FlashInfer's MoE kernels keeps FlashInfer out under "
+                      "every policy (--moe-backend auto may pick it: vLLM 0.32 tries it first)")
+
 CHOICES: tuple[Choice, ...] = (
     Choice("migrate", "sm100", "linear", ("flashinfer_cutedsl", "flashinfer_cutlass"),
-           "migrate: FlashInfer CuTe-DSL on SM100-family GPUs (vLLM 0.24+), else FlashInfer CUTLASS"),
+           f"{_GUIDE} FlashInfer CuTe-DSL on SM100-family GPUs (vLLM 0.24+), else FlashInfer "
+           "CUTLASS", applies_to=_CUTLASS),
     Choice("migrate", "sm120", "linear", ("flashinfer_cutlass",),
-           "migrate: FlashInfer CUTLASS on SM120-family GPUs"),
-    Choice("migrate", "below_sm100", "linear", ("marlin",),
-           "migrate: no native FP4 GEMM below SM100, so Marlin weight-only W4A16 "
-           "(vLLM falls back to it by itself where it has no Marlin knob)"),
+           f"{_GUIDE} FlashInfer CUTLASS on SM120-family GPUs", applies_to=_CUTLASS),
+    Choice("migrate", "below_sm100", "linear", ("marlin", AUTO),
+           f"{_GUIDE} Marlin weight-only W4A16 below SM100 (no native FP4 GEMM; vLLM falls "
+           "back to it by itself where it has no Marlin knob)", applies_to=_CUTLASS),
     Choice("migrate", "unknown", "linear", ("flashinfer_cutlass",),
-           "migrate: compute capability unknown, FlashInfer CUTLASS (SM100 and SM120 families)",
+           f"{_GUIDE} FlashInfer CUTLASS (SM100 and SM120 families); compute capability unknown",
            warning="compute capability unknown (no GPU seen, none given): picked "
-           "flashinfer_cutlass; give --compute-capability to pick per GPU family"),
-    Choice("preserve", "*", "linear", ("{requested}",),
-           "preserve: the nearest equivalent of what was asked"),
+           "flashinfer_cutlass; give --compute-capability to pick per GPU family",
+           applies_to=_CUTLASS),
+    Choice("*", "*", "linear", ("{requested}",),
+           "an explicit choice keeps its meaning under every policy"),
+    # vLLM's own CUTLASS MoE runs NVFP4 on the SM100/110/120 families, Marlin from SM75;
+    # `triton` is no NVFP4 MoE backend (vLLM raises ValueError), so it is never picked.
+    Choice("*", "sm100", "moe", _CUTLASS, f"{_NO_FLASHINFER_MOE}; vLLM's CUTLASS MoE, as the "
+           "old release ran", applies_to=_OPT_OUT),
+    Choice("*", "sm120", "moe", _CUTLASS, f"{_NO_FLASHINFER_MOE}; vLLM's CUTLASS MoE, as the "
+           "old release ran", applies_to=_OPT_OUT),
+    Choice("*", "below_sm100", "moe", ("marlin",), f"{_NO_FLASHINFER_MOE}; Marlin below SM100, "
+           "as the old release ran", applies_to=_OPT_OUT),
+    Choice("*", "unknown", "moe", _CUTLASS, f"{_NO_FLASHINFER_MOE}; vLLM's CUTLASS MoE "
+           "(SM100 and SM120 families)", applies_to=_OPT_OUT,
+           warning="compute capability unknown (no GPU seen, none given): picked --moe-backend "
+           "cutlass, which needs an SM100/SM120-family GPU (marlin below); give "
+           "--compute-capability to pick per GPU family"),
     Choice("*", "*", "moe", ("{requested}",), "the nearest equivalent of the MoE kernel asked"),
 )
 

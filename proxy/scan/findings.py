@@ -39,13 +39,14 @@ class Replacement:
     reason: str
     error: str | None = None  # the rule table could not read the value
     scope: str = ""  # what it selects ("linear", "moe", ...): fixed together or not at all
+    manual: str | None = None  # the target has no equivalent: what to decide by hand
 
     def describe(self) -> str:
         if self.error is not None:
             return "?"
         parts = [shlex.join(self.flags)] if self.flags else []
         parts += [f"{name}={value}" for name, value in self.env]
-        return " + ".join(parts) if parts else "remove it"
+        return " + ".join(parts) if parts else "by hand" if self.manual else "remove it"
 
 
 # All settings of one file -> what each becomes (None: nothing to change).
@@ -105,6 +106,8 @@ def plan_edits(occ: Occurrence, repl: Replacement) -> tuple[list[Edit] | None, s
     """The local edits writing `repl` where `occ` sits, or (None, why it needs a hand)."""
     if repl.error is not None:
         return None, repl.error
+    if repl.manual is not None:
+        return None, repl.manual
     flags, env = list(repl.flags), list(repl.env)
     if occ.kind == "flag":
         if not env:

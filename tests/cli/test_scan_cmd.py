@@ -38,8 +38,10 @@ def test_findings_exit_1_with_file_line_lines(deploy: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scan", str(deploy / "serve.sh"), "--compute-capability", "10.0"]) == 1
     out = capsys.readouterr().out.splitlines()
+    # the export reaches the vLLM command below it, whose --fp4-gemm-backend wins (as in launch)
     assert out[0].startswith(f"{deploy / 'serve.sh'}:6: found "
-                             "VLLM_NVFP4_GEMM_BACKEND=flashinfer-cutlass -> fix --kernel-config ")
+                             "VLLM_NVFP4_GEMM_BACKEND=flashinfer-cutlass -> fix remove it "
+                             "(superseded by --fp4-gemm-backend cutlass")
     assert any(line.startswith(f"{deploy / 'serve.sh'}:13: found --quantization nvfp4 -> fix "
                                "remove it (") for line in out)
 

@@ -10,6 +10,8 @@ def test_change_lines() -> None:
     assert change_line(Change("flag", "--a x", "--b y", "why")) == "--a x -> --b y (why)"
     assert change_line(Change("env", "A=1", None, "gone")) == "A=1 -> (removed) (gone)"
     assert change_line(Change("warning", "--a x", None, "careful")) == "warning: --a x: careful"
+    assert change_line(Change("env", "A=1", None, "none", manual="pick one")) == (
+        "A=1 -> (removed) (none) [manual edit: pick one]")
 
 
 def test_report_has_every_vllm_var_and_changes() -> None:
@@ -20,7 +22,7 @@ def test_report_has_every_vllm_var_and_changes() -> None:
     assert report == {
         "vllm_version": "0.32.0", "compute_capability": "10.0", "policy": "migrate",
         "argv": ["vllm", "serve", "m"], "env": {"VLLM_A": "1", "VLLM_B": "2"},
-        "changes": [{"kind": "flag", "old": "--a x", "new": None, "reason": "r"}],
+        "changes": [{"kind": "flag", "old": "--a x", "new": None, "reason": "r", "manual": None}],
         "preflight": {"ok": True},
     }
     assert list(vllm_env(env)) == ["VLLM_A", "VLLM_B"]

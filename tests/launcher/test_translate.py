@@ -8,7 +8,13 @@ import shlex
 import pytest
 from packaging.version import Version
 
-from proxy.launcher.translate import Setting, TranslationError, translate, translate_setting
+from proxy.launcher.translate import (
+    Change,
+    Setting,
+    TranslationError,
+    translate,
+    translate_setting,
+)
 
 SM100, SM120, H200 = (10, 0), (12, 0), (9, 0)
 KC = '{{"linear_backend_per_quant": {{"nvfp4_w4a4": "{}"}}}}'
@@ -118,7 +124,10 @@ ENV_CASES = [
     ("VLLM_USE_NVFP4_CT_EMULATIONS", "1", "0.23.0", "preserve", SM100,
      "--linear-backend emulation"),
     ("VLLM_USE_NVFP4_CT_EMULATIONS", "1", "0.33.0", "preserve", SM100, _kc("emulation")),
-    ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.30.0", "preserve", SM100, None),
+    ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.30.0", "preserve", SM100, "--moe-backend cutlass"),
+    ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.24.0", "migrate", (12, 1), "--moe-backend cutlass"),
+    ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.22.0", "migrate", H200, "--moe-backend marlin"),
+    ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.21.0", "migrate", SM100, "keep"),
 ]
 
 
@@ -132,8 +141,9 @@ def test_env_vars(name: str, value: str, target: str, policy, cc, expected) -> N
     main = [c for c in changes if c.kind == "env"]
     assert len(main) == 1 and main[0].old == f"{name}={value}"
     assert main[0].new == expected
-    if expected is None:
-        assert "removed" in main[0].reason or "cannot select" in main[0].reason
+    if expected is None:  # never a silent removal: either nothing changes, or a hand is needed
+        assert ("only when asked" in main[0].reason) != (main[0].manual is not None)
+        assert main[0].manual is None or f"vLLM {target}" in main[0].manual
 
 
 @pytest.mark.parametrize(("target", "moe_value", "expected"), [
@@ -234,3 +244,46 @@ def test_scanner_api_with_related_env() -> None:
     (backend,) = translate_setting("env", "VLLM_FLASHINFER_MOE_BACKEND", "latency",
                                    target=Version("0.30.0"), related_env=related)
     assert backend.new is None and "silently ignored" in backend.reason
+
+
+@pytest.mark.parametrize(("value", "target", "cc", "expected"), [
+    ("marlin", "0.32.0", SM120, _kc("marlin")),
+    ("flashinfer-trtllm", "0.24.0", SM100, "--linear-backend flashinfer_trtllm"),
+    ("flashinfer-cudnn", "0.30.0", H200, _kc("flashinfer_cudnn")),
+])
+def test_migrate_keeps_a_choice_the_target_still_offers(value: str, target: str, cc,
+                                                        expected: str) -> None:
+    for policy in ("migrate", "preserve"):
+        (change, *_) = translate_setting("env", "VLLM_NVFP4_GEMM_BACKEND", value,
+                                         target=Version(target), policy=policy,
+                                         compute_capability=cc)
+        assert change.new == expected and "explicit choice keeps its meaning" in change.reason
+
+
+def test_flashinfer_opt_out_against_an_explicit_moe_backend() -> None:
+    def run(moe: str) -> list[Change]:
+        settings = [Setting("env", "VLLM_USE_FLASHINFER_MOE_FP4", "0"),
+                    Setting("flag", "--moe-backend", moe)]
+        result = translate(settings, target=Version("0.32.0"), policy="migrate",
+                           compute_capability=SM100)
+        assert result.moe_backend == moe and len(result.actions) == 1
+        return [c for c in result.changes if c.kind == "warning"]
+
+    assert run("marlin") == []  # FlashInfer stays out: nothing to warn about
+    (conflict,) = run("flashinfer_trtllm")
+    assert "wins over" in conflict.reason
+
+
+def test_no_equivalent_is_a_manual_edit_never_a_silent_removal() -> None:
+    (change,) = translate_setting("env", "VLLM_NVFP4_GEMM_BACKEND", "flashinfer-b12x",
+                                  target=Version("0.25.0"), policy="preserve")
+    assert change.new is None and change.manual is not None
+    assert "vLLM 0.25.0" in change.manual and "flashinfer_b12x" in change.manual
+    (below,) = translate_setting("flag", "--fp4-gemm-backend", "cutlass", target=Version("0.14.0"),
+                                 policy="migrate", compute_capability=H200)
+    assert below.manual is None and "picks by itself" in below.reason  # vLLM falls to Marlin
+
+
+def test_deprecated_opt_in_that_asks_for_nothing_says_so() -> None:
+    (change,) = translate_setting("env", "VLLM_USE_FBGEMM", "0", target=Version("0.22.0"))
+    assert change.new is None and "still reads it but deprecates it" in change.reason

@@ -34,10 +34,11 @@ def test_env_var_mapping_to_a_flag_is_manual_not_guessed() -> None:
     assert "vLLM flag" in finding.note
 
 
-def test_old_env_var_renamed_in_place_for_021() -> None:
+def test_old_env_var_renamed_in_place_for_021_keeps_trtllm() -> None:
     text = "env:\n  - name: VLLM_USE_TRTLLM_FP4_GEMM\n    value: \"1\"\n"
     [(finding, plan)] = _findings("yaml", text, "0.21")
-    assert finding.fix == "VLLM_NVFP4_GEMM_BACKEND=flashinfer-cutlass"
+    assert finding.fix == "VLLM_NVFP4_GEMM_BACKEND=flashinfer-trtllm"
+    assert "explicit choice keeps its meaning" in finding.reason
     assert plan is not None
 
 
@@ -93,3 +94,25 @@ def test_fixed_dockerfile_exec_forms_stay_json(tmp_path: Path) -> None:
     assert json.loads(entrypoint.removeprefix("ENTRYPOINT ")) == [
         "vllm", "serve", "nvidia/Llama-3.1-8B-Instruct-FP4", "--kernel-config",
         '{"linear_backend_per_quant": {"nvfp4_w4a4": "flashinfer_cutlass"}}']
+
+
+@pytest.mark.parametrize(("script", "fix", "status"), [
+    # the export reaches a vLLM command that already names a non-FlashInfer --moe-backend
+    ("export VLLM_USE_FLASHINFER_MOE_FP4=0\nvllm serve m --moe-backend marlin\n",
+     "remove it", "fixable"),
+    (("export VLLM_USE_FLASHINFER_MOE_FP4=0\npython -m vllm.entrypoints.openai.api_server "
+      "--model m\n"), "--moe-backend cutlass", "manual"),
+    # two vLLM commands read it differently: no single fix
+    (("export VLLM_USE_FLASHINFER_MOE_FP4=0\nvllm serve m --moe-backend marlin\n"
+      "vllm serve n --port 1\n"), "by hand", "manual"),
+    # exports do not reach a container, nor a command before them
+    ("export VLLM_USE_FLASHINFER_MOE_FP4=0\ndocker run img --moe-backend marlin\n",
+     "--moe-backend cutlass", "manual"),
+    ("vllm serve m --moe-backend marlin\nexport VLLM_USE_FLASHINFER_MOE_FP4=0\n",
+     "--moe-backend cutlass", "manual"),
+])
+def test_exported_variable_is_read_with_the_vllm_commands_it_reaches(
+        script: str, fix: str, status: str) -> None:
+    [(finding, _)] = _findings("shell", script, "0.32", (12, 1))
+    assert (finding.name, finding.fix, finding.status) == ("VLLM_USE_FLASHINFER_MOE_FP4", fix,
+                                                           status)
