@@ -156,7 +156,7 @@ class CutoverState:
         if pending is not None and pending not in COMMANDS:
             raise StateError(f"pending command {pending!r} is not one of {COMMANDS!r}")
         try:
-            spec = CutoverSpec.from_json(data["spec"])
+            spec = CutoverSpec.from_json(data.get("spec"))
         except SpecError as exc:
             raise StateError(f"cutover state has a bad spec: {exc}") from exc
         known = {"schema", "id", "spec", "phase", "old", "new", "history", "end_phase",

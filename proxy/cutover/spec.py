@@ -39,6 +39,7 @@ class CutoverSpec:
     old_url: str | None = None  # default: the proxy's primary route
     new_image: str | None = None
     new_url: str | None = None
+    baseline_url: str | None = None  # a second old copy: old-vs-old noise while shadowing
     new_name: str | None = None  # default: "<old name>-cutover-<id>"
     new_command: tuple[str, ...] | None = None
     new_env: Mapping[str, str] = field(default_factory=dict)
@@ -74,7 +75,7 @@ class CutoverSpec:
                                 f"not to an adopted new_url {self.new_url!r}")
         if self.backup_image is not None and self.old is None:
             raise SpecError(f"backup_image {self.backup_image!r} needs old (a container)")
-        for name in ("old_url", "new_url"):
+        for name in ("old_url", "new_url", "baseline_url"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, _url(value, name))
