@@ -125,9 +125,11 @@ def starting_new(state: CutoverState, obs: Observation, now: float) -> Step:
         return state.moved(Phase.WARMING, f"created {info.name} ({info.id[:12]}) from "
                            f"{info.image}, reached at {obs.new_url}", now, new=new,
                            deadline_unix=state.deadline_unix), WAIT
-    if state.deadline_unix is not None and now >= state.deadline_unix:
+    retried = obs.failure if obs.failure is not None and obs.failure.action == "CreateNew" \
+        else None
+    if retried is not None and state.deadline_unix is not None and now >= state.deadline_unix:
         return fail(state, "the new container could not be created within "
-                    f"{state.spec.warmup_timeout_s:g}s: {state.note}", now)
+                    f"{state.spec.warmup_timeout_s:g}s: {retried.message}", now)
     return state, CreateNew(new_plan(state))
 
 

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from proxy.cutover import machine
 from proxy.cutover.control import ProxyControl
@@ -42,6 +43,10 @@ class StartRefused(RuntimeError):
 
 
 class CutoverService:
+    """Owns the cutover of one proxy: wire it with `CUTOVER_KEY`, `open()` it at start-up
+    and `close()` it at shutdown; it must share the router's StateFile instance (each
+    instance rewrites the whole file with the sections it holds)."""
+
     def __init__(self, statefile: StateFile, control: ProxyControl,
                  driver: ContainerDriver | None, tick_s: float = 1.0,
                  clock: Callable[[], float] = time.time) -> None:
@@ -194,3 +199,6 @@ class CutoverService:
     def _ended(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.error("cutover reconciler stopped", exc_info=task.exception())
+
+
+CUTOVER_KEY = web.AppKey("cutover", CutoverService)

@@ -54,9 +54,9 @@ async def test_model_name_mismatch_fails_and_old_keeps_serving(world: World, aio
 async def test_never_healthy_fails_at_the_warmup_deadline(world: World) -> None:
     world.driver.new_url = dead_url()
     svc = await world.service()
-    await svc.start(CutoverSpec(**{**FAST, "warmup_timeout_s": 0.3}))
+    await svc.start(CutoverSpec(**{**FAST, "warmup_timeout_s": 1.0}))
     end = await ended(svc)
-    assert end.phase is Phase.FAILED and "not ready within 0.3s: /health:" in (end.error or "")
+    assert end.phase is Phase.FAILED and "not ready within 1s: /health:" in (end.error or "")
     assert "Cannot connect" in (end.error or "") or "refused" in (end.error or "")
     assert len(world.driver.named("remove")) == 1 and not world.driver.named("stop")
 
