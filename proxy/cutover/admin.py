@@ -83,7 +83,7 @@ def add_cutover_routes(admin_app: web.Application, get_service: GetService) -> N
                 service.command(cmd)
             except CommandRefused as exc:
                 return mirror_admin._error(409, str(exc))
-            return mirror_admin._json({**service.status(), "pending": cmd}, 202)
+            return mirror_admin._json(service.status(), 202)
         return post_command
 
     admin_app.router.add_get("/admin/cutover", get_status)

@@ -69,6 +69,11 @@ class Reconciler:
         return pending
 
     @property
+    def mail(self) -> Command | None:
+        """A delivered command the next step has not taken yet."""
+        return self._mail
+
+    @property
     def busy(self) -> bool:
         return not self.state.phase.terminal or self._mail is not None
 
@@ -82,13 +87,12 @@ class Reconciler:
 
     async def step(self) -> Action:
         """Observe, advance, persist, then perform the one action asked for."""
-        state = self.state
-        if self._mail is not None:
+        state, mail = self.state, self._mail
+        if mail is not None:
             try:
-                state = machine.command(state, self._mail)
+                state = machine.command(state, mail)
             except machine.CommandRefused as exc:
                 state = replace(state, note=str(exc))
-            self._mail = None
         obs = await self._observe(state)
         nxt, action = machine.advance(state, obs, self._clock())
         if nxt != self.state:
@@ -102,6 +106,8 @@ class Reconciler:
                 log.info("cutover %s: %s -> %s (%s)", nxt.id, self.state.phase.value,
                          nxt.phase.value, nxt.history[-1].reason)
         self.state = nxt
+        if self._mail is mail:  # taken; one delivered meanwhile waits for the next step
+            self._mail = None
         self._failure, self._saved_bytes = None, None
         if not isinstance(action, Wait):
             await self._perform(action)

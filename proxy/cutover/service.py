@@ -101,6 +101,8 @@ class CutoverService:
         except RuntimeError:  # status must answer even when the router cannot
             routes = None
         data = status_json(self.state, routes, self._clock())
+        if self._reconciler is not None and self._reconciler.mail is not None:
+            data.update(pending=self._reconciler.mail, terminal=False)
         if self.load_error:
             data["error"] = self.load_error
         return data

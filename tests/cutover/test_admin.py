@@ -102,3 +102,34 @@ async def test_no_driver_and_no_service_answer_501(world: World, aiohttp_client)
     none = await _api(aiohttp_client, None)
     assert (await none.get("/admin/cutover")).status == 501
     assert (await none.post("/admin/cutover/abort", headers=AUTH)).status == 501
+
+
+async def test_cli_drives_a_cutover_through_these_endpoints(world: World, aiohttp_server,
+                                                            capsys) -> None:
+    import asyncio
+    import json
+
+    from proxy.cli import main
+
+    main_app = web.Application()
+    main_app[CONFIG_KEY] = ProxyConfig(routes=RouteConfig(world.old_url),
+                                       admin=AdminConfig(token=TOKEN))
+    admin = web.Application()
+    admin[MAIN_APP_KEY] = main_app
+    service = await world.service()
+    add_cutover_routes(admin, lambda request: service)
+    url = str((await aiohttp_server(admin)).make_url("")).rstrip("/")
+    common = ["--proxy-admin", url, "--admin-token", TOKEN, "--interval", "0.01"]
+    argv = ["cutover", "start", *common, "--old", "vllm-old", "--new-image", "vllm:new",
+            "--min-samples", "10", "--post-promotion", "0.05", "--scale-down-delay", "0",
+            "--wait"]
+    assert await asyncio.to_thread(main, argv) == 0
+    out = capsys.readouterr().out
+    assert "shadowing -> promoting" in out and "draining_old -> done" in out
+    assert await asyncio.to_thread(main, ["cutover", "status", "--json", *common]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["phase"] == "done" and status["primary"]["version"] == "new"
+    assert status["shadow"] is None
+    assert await asyncio.to_thread(main, ["cutover", "rollback", "--wait", *common]) == 0
+    assert "done -> rolling_back" in capsys.readouterr().out
+    assert world.control.view.primary == world.old_url
