@@ -27,6 +27,8 @@ class AdminError(RuntimeError):
 
 
 class CutoverClient:
+    """The cutover endpoints of one proxy's admin API (bearer token when given)."""
+
     def __init__(self, admin_url: str = DEFAULT_ADMIN_URL, token: str | None = None,
                  timeout_s: float = 30.0) -> None:
         self.admin_url = admin_url.rstrip("/")

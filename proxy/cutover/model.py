@@ -79,6 +79,8 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Transition:
+    """One phase change, as `status` lists it: when, from where, to where, and why."""
+
     at_unix: float
     from_phase: Phase | None  # None: the cutover was created
     to_phase: Phase
