@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from proxy import __version__
 
 # Order is the order shown in --help.
-SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report")
+SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutover")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Upgrade vLLM serving NVFP4 models without an outage: translate old FP4 "
             "launch flags (launch, scan), shadow the new version on live traffic and "
-            "compare tokens and latency (proxy, sim, report)."
+            "compare tokens and latency (proxy, sim, report), switch over and back (cutover)."
         ),
     )
     parser.add_argument("--version", action="version", version=f"vllm-cutover {__version__}")

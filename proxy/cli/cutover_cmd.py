@@ -1,0 +1,217 @@
+"""`vllm-cutover cutover`: start, follow and steer a container cutover in the sidecar proxy.
+
+A thin client of the proxy's admin API: the cutover itself runs inside the proxy (it owns
+the routes and survives this command), so every subcommand is one or a few HTTP calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from typing import Any
+
+from proxy.cli.proxy_cmd import TOKEN_ENV
+
+EXIT_HELP = """exit codes:
+  0  done as asked
+  1  with --wait / --watch: the cutover ended failed, aborted or rolled back
+     (rollback --wait / abort --wait: ended otherwise than asked)
+  2  bad input: a flag value, a request the proxy rejects (400), a wrong or
+     missing admin token (401), a container or image that does not exist (404)
+  3  the proxy's admin API cannot be reached
+  4  refused in the current state (409: a cutover already runs, a command that
+     does not apply now), no container driver (501), or the proxy could not do it (5xx)
+"""
+ENDS = {"start": "done", "promote": "done", "rollback": "rolled_back", "abort": "aborted"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "cutover", help="start, follow and steer a zero-downtime container cutover",
+        description="Talk to the sidecar proxy's admin API, where the cutover runs: start "
+                    "the new vLLM container from the old one's configuration, shadow it, "
+                    "promote it when the gate passes, keep the old one as the way back.",
+        epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--proxy-admin", default="http://127.0.0.1:8001", metavar="URL",
+                        help="the proxy's admin API (default %(default)s)")
+    common.add_argument("--admin-token", metavar="T", help=f"bearer token (or env {TOKEN_ENV})")
+    common.add_argument("--interval", type=float, default=1.0, metavar="S",
+                        help="polling interval of --wait / --watch (default %(default)s)")
+    sub = parser.add_subparsers(dest="cutover_command", metavar="ACTION", required=True)
+    start = sub.add_parser("start", parents=[common], epilog=EXIT_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           help="start a cutover (checked before anything changes)")
+    _start_arguments(start)
+    status = sub.add_parser("status", parents=[common], epilog=EXIT_HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            help="phase, old/new, verdict, samples, time left, history")
+    status.add_argument("--json", action="store_true", help="print the status JSON")
+    status.add_argument("--watch", action="store_true",
+                        help="follow progress until the cutover ends")
+    for name, text in (("promote", "make the new version primary now the gate passes"),
+                       ("rollback", "make the old version primary again (after promotion)"),
+                       ("abort", "stop before promotion: old stays, new is removed")):
+        cmd = sub.add_parser(name, parents=[common], help=text, epilog=EXIT_HELP,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        if name == "promote":
+            cmd.add_argument("--force", action="store_true",
+                             help="promote without waiting for the gate to pass")
+        cmd.add_argument("--wait", action="store_true", help="follow it until it ends")
+    parser.set_defaults(func=_run)
+
+
+def _start_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--old", metavar="CONTAINER", help="old container: name, id or label=K=V")
+    p.add_argument("--old-url", metavar="URL", help="old backend (default: the primary route)")
+    p.add_argument("--new-image", metavar="IMAGE", help="image of the new container")
+    p.add_argument("--new-url", metavar="URL",
+                   help="adopt an already running new backend instead of starting a container")
+    p.add_argument("--new-name", metavar="NAME", help="name of the new container")
+    p.add_argument("--new-command", metavar="'ARGS'",
+                   help="the new container's command, one shell-quoted string "
+                        "(default: the old one's)")
+    p.add_argument("--new-env", action="append", default=[], metavar="K=V",
+                   help="set an environment variable in the new container (repeatable)")
+    p.add_argument("--new-env-unset", action="append", default=[], metavar="NAME",
+                   help="drop an inherited environment variable (repeatable)")
+    p.add_argument("--new-gpus", metavar="0,1", help="GPU device ids for the new container")
+    p.add_argument("--baseline-url", metavar="URL",
+                   help="a second copy of the old version: old-vs-old noise while shadowing")
+    p.add_argument("--served-model-name", metavar="NAME",
+                   help="model name the new one must serve (default: the old one's)")
+    p.add_argument("--warmup-timeout", type=float, metavar="S", help="default 900")
+    p.add_argument("--analysis-timeout", type=float, metavar="S",
+                   help="time for the gate to pass before an abort (default 1800)")
+    p.add_argument("--min-samples", type=int, metavar="N",
+                   help="new-vs-old comparisons needed to promote (default 50)")
+    p.add_argument("--manual-promote", action="store_true",
+                   help="wait for `promote` instead of promoting when the gate passes")
+    p.add_argument("--post-promotion", type=float, metavar="S",
+                   help="window after promotion with the gate still judged (default 300)")
+    p.add_argument("--scale-down-delay", type=float, metavar="S",
+                   help="wait after the old one drained before stopping it (default 30)")
+    p.add_argument("--shutdown-grace", type=float, metavar="S",
+                   help="SIGTERM to SIGKILL (default: the old --shutdown-timeout + 5, else 30)")
+    p.add_argument("--remove-old", action="store_true", help="remove the old container at the end")
+    p.add_argument("--keep-failed", action="store_true",
+                   help="keep a new container that failed or was aborted, for inspection")
+    p.add_argument("--backup-image", metavar="PATH",
+                   help="`docker save` the old image to PATH before anything changes")
+    p.add_argument("--wait", action="store_true", help="follow it until it ends")
+
+
+def start_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The start body from the flags (only what was given: the proxy fills defaults);
+    ValueError quoting a bad value."""
+    from proxy.cutover.spec import CutoverSpec
+
+    body: dict[str, Any] = {}
+    for flag in ("old", "old_url", "new_image", "new_url", "new_name", "baseline_url",
+                 "served_model_name", "backup_image", "min_samples"):
+        if getattr(args, flag) is not None:
+            body[flag] = getattr(args, flag)
+    for flag in ("warmup_timeout", "analysis_timeout", "post_promotion", "scale_down_delay",
+                 "shutdown_grace"):
+        if getattr(args, flag) is not None:
+            body[f"{flag}_s"] = getattr(args, flag)
+    for flag in ("remove_old", "keep_failed"):
+        if getattr(args, flag):
+            body[flag] = True
+    if args.manual_promote:
+        body["auto_promote"] = False
+    if args.new_command is not None:
+        body["new_command"] = shlex.split(args.new_command)
+    if args.new_gpus is not None:
+        body["new_gpus"] = [g.strip() for g in args.new_gpus.split(",")]
+    env = {}
+    for item in args.new_env:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--new-env takes KEY=VALUE, got {item!r}")
+        env[key] = value
+    if env:
+        body["new_env"] = env
+    if args.new_env_unset:
+        body["new_env_unset"] = list(args.new_env_unset)
+    CutoverSpec.from_json(body)  # the proxy checks again; this catches typos offline
+    return body
+
+
+def _run(args: argparse.Namespace) -> int:
+    from proxy.cutover.client import AdminError, AdminUnreachable, CutoverClient
+
+    token = args.admin_token or os.environ.get(TOKEN_ENV) or None
+    client = CutoverClient(args.proxy_admin, token)
+    action = args.cutover_command
+    try:
+        if action == "status":
+            return _status(client, args)
+        if action == "start":
+            client.start(start_request(args))
+        else:
+            body = {"force": True} if action == "promote" and args.force else None
+            client.command(action, body)
+        status = client.status()
+        print(f"{action}: accepted; cutover {status['id']} is {status['phase']}")
+        if args.wait:
+            final = _follow(client, args.interval)
+            return 0 if final["phase"] == ENDS[action] else 1
+        return 0
+    except KeyboardInterrupt:  # --wait / --watch only stop following; the cutover goes on
+        return 130
+    except ValueError as exc:
+        return _fail(str(exc), 2)
+    except AdminUnreachable as exc:
+        return _fail(str(exc), 3)
+    except AdminError as exc:
+        if exc.status == 401:
+            return _fail(f"the admin API refused the token (401): {exc}; pass --admin-token "
+                         f"or set {TOKEN_ENV}", 2)
+        return _fail(f"the proxy answered {exc.status}: {exc}",
+                     2 if exc.status in (400, 404, 422) else 4)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"vllm-cutover cutover: {message}", file=sys.stderr)
+    return code
+
+
+def _status(client: Any, args: argparse.Namespace) -> int:
+    from proxy.cutover.status import render_text
+
+    status = client.status()
+    if args.watch and status["phase"] is not None and not status["terminal"]:
+        status = _follow(client, args.interval)
+    if args.json:
+        import json
+
+        print(json.dumps(status, indent=1, sort_keys=True))
+    else:
+        sys.stdout.write(render_text(status))
+    if args.watch and status["phase"] is not None:
+        return 0 if status["phase"] == "done" else 1
+    return 0
+
+
+def _follow(client: Any, interval_s: float) -> dict[str, Any]:
+    """Print each new transition and each progress change until the cutover ends."""
+    from proxy.cutover.status import progress_line
+
+    shown_history, shown_line = 0, ""
+    while True:
+        status = client.status()
+        for t in status["history"][shown_history:]:
+            stamp = time.strftime("%H:%M:%S", time.localtime(t["at_unix"]))
+            print(f"{stamp}  {t['from'] or '-'} -> {t['to']}: {t['reason']}", flush=True)
+        shown_history = len(status["history"])
+        line = progress_line(status)
+        if line != shown_line:
+            print(f"          {line}", flush=True)
+            shown_line = line
+        if status["terminal"]:
+            return status
+        time.sleep(interval_s)

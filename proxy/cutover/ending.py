@@ -1,0 +1,164 @@
+"""The phases that end a cutover (pure): the post-promotion window, draining the old
+container, rolling back, and aborting (the clean-up before aborted or failed)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from proxy.cutover.model import CutoverState, Phase
+from proxy.cutover.phases import (
+    GONE,
+    WAIT,
+    Step,
+    failed,
+    gate_summary,
+    new_gone,
+    rollback,
+)
+from proxy.cutover.steps import (
+    Observation,
+    RemoveContainer,
+    SetRoutes,
+    StartContainer,
+    StopContainer,
+)
+
+
+def post_promotion(state: CutoverState, obs: Observation, now: float) -> Step:
+    assert state.new is not None
+    if (gone := new_gone(state, obs)) is not None:
+        return rollback(state, f"{gone} after the promotion", now)
+    routes = obs.routes
+    if routes is not None and (routes.shadow, routes.baseline) != (state.old.url, None):
+        return state, SetRoutes(state.new.url, state.old.url, None, routes.version)
+    if obs.gate is not None:
+        state = replace(state, verdict=obs.gate.verdict, reasons=obs.gate.reasons,
+                        samples=obs.gate.samples)
+        if obs.gate.verdict == "fail":
+            reasons = "; ".join(obs.gate.reasons) or "no reason given"
+            return rollback(state, f"post-promotion gate failed: {reasons}", now)
+    if state.deadline_unix is not None and now >= state.deadline_unix:
+        return state.moved(Phase.DRAINING_OLD, f"post-promotion window of "
+                           f"{state.spec.post_promotion_s:g}s passed ({gate_summary(state)})",
+                           now), WAIT
+    return state, WAIT
+
+
+def draining_old(state: CutoverState, obs: Observation, now: float) -> Step:
+    assert state.new is not None
+    routes = obs.routes
+    if routes is None or "inflight" not in obs.seen:
+        return state, WAIT
+    if routes.shadow is not None or routes.baseline is not None:
+        return state, SetRoutes(state.new.url, None, None, routes.version)
+    drained = state.drained_unix
+    if drained is None:
+        left = obs.inflight.get(state.old.url, 0)
+        if left > 0:
+            return replace(state, note=f"{left} request(s) still in flight on old"), WAIT
+        drained = now
+        state = replace(state, drained_unix=now, deadline_unix=now + state.spec.scale_down_delay_s)
+    if now < drained + state.spec.scale_down_delay_s:
+        return state, WAIT
+    old_id = state.old.container_id
+    if old_id is None:
+        return state.moved(Phase.DONE, "old drained; it is no container of ours to stop",
+                           now), WAIT
+    if "old" not in obs.seen:
+        return state, WAIT
+    info = obs.old
+    if not state.old_stopped:
+        if info is not None and info.state not in GONE + ("created",):
+            if (why := failed(obs, "StopContainer")) is not None:
+                return state.moved(Phase.DONE, f"new serves; stopping old failed: {why}",
+                                   now), WAIT
+            return state, StopContainer(old_id, state.shutdown_grace_s)
+        state = replace(state, old_stopped=True)
+    if state.spec.remove_old and not state.old.removed:
+        if info is not None and info.state != "missing":
+            if (why := failed(obs, "RemoveContainer")) is not None:
+                return state.moved(Phase.DONE, f"old stopped; removing it failed: {why}",
+                                   now), WAIT
+            return state, RemoveContainer(old_id)
+        state = replace(state, old=replace(state.old, removed=True))
+        return state.moved(Phase.DONE, "old drained, stopped and removed", now), WAIT
+    return state.moved(Phase.DONE, "old drained and stopped; kept for a rollback", now), WAIT
+
+
+def rolling_back(state: CutoverState, obs: Observation, now: float) -> Step:
+    assert state.new is not None
+    old = state.old.url
+    routes = obs.routes
+    if routes is None:
+        return state, WAIT
+    if routes.primary == old:
+        if state.rollback_s is None:
+            state = replace(state, rollback_s=now - (state.rollback_started_unix or now))
+        if routes.shadow is not None or routes.baseline is not None:
+            return state, SetRoutes(old, None, None, routes.version)
+        return _remove_new(state, obs, now, Phase.ROLLED_BACK,
+                           f"old serves again ({state.rollback_s:.2f}s after the rollback "
+                           "began)")
+    old_id = state.old.container_id
+    if old_id is not None:
+        if "old" not in obs.seen:
+            return state, WAIT
+        why = failed(obs, "StartContainer")
+        if obs.old is None or obs.old.state == "missing" or why is not None:
+            why = why or "it no longer exists"
+            reason = f"cannot roll back: old container {state.old.name}: {why}; new stays primary"
+            return state.moved(Phase.FAILED, reason, now, error=reason), WAIT
+        if obs.old.state != "running":
+            return replace(state, old_stopped=False), StartContainer(old_id)
+    if not obs.old_healthy:
+        if state.deadline_unix is not None and now >= state.deadline_unix:
+            reason = (f"cannot roll back: old was not healthy within "
+                      f"{state.spec.warmup_timeout_s:g}s; new stays primary")
+            return state.moved(Phase.FAILED, reason, now, error=reason), WAIT
+        return replace(state, note="waiting for old to answer /health"), WAIT
+    return state, SetRoutes(old, None, None, routes.version)
+
+
+def aborting(state: CutoverState, obs: Observation, now: float) -> Step:
+    end = state.end_phase or Phase.ABORTED
+    routes = obs.routes
+    if routes is None:
+        return state, WAIT
+    if state.new is not None and state.new.url in (routes.shadow, routes.baseline):
+        return state, SetRoutes(state.old.url, None, None, routes.version)
+    return _remove_new(state, obs, now, end, state.error or "aborted")
+
+
+def _remove_new(state: CutoverState, obs: Observation, now: float, end: Phase,
+                reason: str) -> Step:
+    """The last step of abort and rollback: the new container removed (or kept), then
+    `end`. Requests still in flight on new finish first."""
+    if state.spec.adopt:
+        return state.moved(end, reason, now), WAIT
+    if "new" not in obs.seen:
+        if state.deadline_unix is not None and now >= state.deadline_unix:
+            return state.moved(end, f"{reason}; the new container could not be checked: "
+                               f"{state.note}", now), WAIT
+        return state, WAIT
+    info = obs.new
+    if info is None or info.state == "missing":
+        what = "new container removed" if state.new and state.new.container_id else \
+            "no new container was created"
+        new = replace(state.new, removed=True) if state.new else None
+        return state.moved(end, f"{reason}; {what}", now, new=new), WAIT
+    if end is Phase.FAILED and state.log_tail is None:
+        if "new_logs" not in obs.seen:
+            return state, WAIT
+        state = replace(state, log_tail=obs.new_logs or "")
+    if state.spec.keep_failed:
+        return state.moved(end, f"{reason}; new container {info.name} kept (--keep-failed)",
+                           now), WAIT
+    if state.phase is Phase.ROLLING_BACK and state.new is not None:
+        # It was primary: its clients' requests finish before it goes.
+        left = obs.inflight.get(state.new.url, 0)
+        if "inflight" not in obs.seen or left > 0:
+            return replace(state, note=f"{left} request(s) still in flight on new"), WAIT
+    if (why := failed(obs, "RemoveContainer")) is not None:
+        return state.moved(end, f"{reason}; removing the new container {info.name} failed: "
+                           f"{why}", now), WAIT
+    return state, RemoveContainer(info.id)

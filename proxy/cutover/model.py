@@ -1,0 +1,204 @@
+"""The cutover's persisted state: phases, endpoints, transitions, and their JSON form.
+
+Values only. The state is written to the proxy's state file (section "cutover") after
+every step and read back at start, so a restarted proxy resumes the cutover where it was.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+from typing import Any, Literal, get_args
+
+from proxy.cutover.spec import CutoverSpec, SpecError
+
+__all__ = ["SCHEMA_VERSION", "Command", "CutoverSpec", "CutoverState", "Endpoint", "Phase",
+           "SpecError", "StateError", "Transition"]
+
+SCHEMA_VERSION = 1
+
+Command = Literal["promote", "force_promote", "rollback", "abort"]
+COMMANDS: tuple[str, ...] = get_args(Command)
+
+
+class StateError(ValueError):
+    """A persisted state that cannot be read as ours (the message quotes the bad value)."""
+
+
+class Phase(str, enum.Enum):
+    BACKING_UP = "backing_up"
+    STARTING_NEW = "starting_new"
+    WARMING = "warming"
+    SHADOWING = "shadowing"
+    PROMOTING = "promoting"
+    POST_PROMOTION = "post_promotion"
+    DRAINING_OLD = "draining_old"
+    ABORTING = "aborting"
+    ROLLING_BACK = "rolling_back"
+    DONE = "done"
+    ABORTED = "aborted"
+    ROLLED_BACK = "rolled_back"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def promoted(self) -> bool:
+        """The new version is (or is being made) primary: a way back is a rollback."""
+        return self in (Phase.PROMOTING, Phase.POST_PROMOTION, Phase.DRAINING_OLD, Phase.DONE)
+
+
+TERMINAL = frozenset({Phase.DONE, Phase.ABORTED, Phase.ROLLED_BACK, Phase.FAILED})
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One side of the cutover, labelled by version (old/new), never by role."""
+
+    url: str
+    container_id: str | None = None
+    name: str | None = None
+    image: str | None = None
+    vllm_version: str | None = None
+    removed: bool = False  # its container was removed by the cutover
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "container": self.container_id, "name": self.name,
+                "image": self.image, "vllm_version": self.vllm_version,
+                "removed": self.removed}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Endpoint:
+        _require(data, dict, "endpoint")
+        return cls(url=data["url"], container_id=data.get("container"), name=data.get("name"),
+                   image=data.get("image"), vllm_version=data.get("vllm_version"),
+                   removed=bool(data.get("removed", False)))
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One phase change, as `status` lists it: when, from where, to where, and why."""
+
+    at_unix: float
+    from_phase: Phase | None  # None: the cutover was created
+    to_phase: Phase
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at_unix": self.at_unix,
+                "from": self.from_phase.value if self.from_phase else None,
+                "to": self.to_phase.value, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Transition:
+        _require(data, dict, "transition")
+        return cls(at_unix=float(data["at_unix"]),
+                   from_phase=_phase(data["from"]) if data.get("from") else None,
+                   to_phase=_phase(data["to"]), reason=str(data["reason"]))
+
+
+@dataclass(frozen=True)
+class CutoverState:
+    """Everything the reconciler needs to continue, and everything `status` shows."""
+
+    id: str
+    spec: CutoverSpec
+    phase: Phase
+    old: Endpoint
+    new: Endpoint | None
+    started_unix: float
+    phase_since_unix: float
+    served_models: tuple[str, ...] = ()  # the names the new one must list too
+    baseline_url: str | None = None  # the old-vs-old noise route kept while shadowing
+    shutdown_grace_s: float = 30.0
+    deadline_unix: float | None = None  # when the current phase gives up (or ends)
+    history: tuple[Transition, ...] = ()
+    pending: Command | None = None  # an operator command not yet acted on
+    end_phase: Phase | None = None  # where aborting ends: aborted or failed
+    verdict: str | None = None
+    reasons: tuple[str, ...] = ()
+    samples: int = 0
+    error: str | None = None  # why it failed, aborted or rolled back
+    log_tail: str | None = None  # the new container's last log lines when it failed
+    note: str | None = None  # what the last step waits on or retries (transient)
+    promoted_unix: float | None = None
+    drained_unix: float | None = None  # when no request was left in flight on old
+    old_stopped: bool = False
+    rollback_started_unix: float | None = None
+    rollback_s: float | None = None  # from the rollback request to old serving again
+    backup_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_VERSION, "id": self.id, "spec": self.spec.to_json(),
+            "phase": self.phase.value, "old": self.old.to_json(),
+            "new": self.new.to_json() if self.new else None,
+            "started_unix": self.started_unix, "phase_since_unix": self.phase_since_unix,
+            "served_models": list(self.served_models), "baseline_url": self.baseline_url,
+            "shutdown_grace_s": self.shutdown_grace_s, "deadline_unix": self.deadline_unix,
+            "history": [t.to_json() for t in self.history], "pending": self.pending,
+            "end_phase": self.end_phase.value if self.end_phase else None,
+            "verdict": self.verdict, "reasons": list(self.reasons), "samples": self.samples,
+            "error": self.error, "log_tail": self.log_tail, "note": self.note,
+            "promoted_unix": self.promoted_unix, "drained_unix": self.drained_unix,
+            "old_stopped": self.old_stopped,
+            "rollback_started_unix": self.rollback_started_unix,
+            "rollback_s": self.rollback_s, "backup_bytes": self.backup_bytes,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> CutoverState:
+        _require(data, dict, "cutover state")
+        if data.get("schema") != SCHEMA_VERSION:
+            raise StateError(f"cutover state schema {data.get('schema')!r} is not the "
+                             f"supported {SCHEMA_VERSION!r}")
+        pending = data.get("pending")
+        if pending is not None and pending not in COMMANDS:
+            raise StateError(f"pending command {pending!r} is not one of {COMMANDS!r}")
+        try:
+            spec = CutoverSpec.from_json(data.get("spec"))
+        except SpecError as exc:
+            raise StateError(f"cutover state has a bad spec: {exc}") from exc
+        known = {"schema", "id", "spec", "phase", "old", "new", "history", "end_phase",
+                 "served_models", "reasons", "pending"}
+        plain = {k: v for k, v in data.items() if k not in known}
+        unknown = sorted(set(plain) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise StateError(f"cutover state has unknown field(s) {unknown!r}")
+        try:
+            return cls(
+                id=str(data["id"]), spec=spec, phase=_phase(data["phase"]),
+                old=Endpoint.from_json(data["old"]),
+                new=Endpoint.from_json(data["new"]) if data.get("new") else None,
+                history=tuple(Transition.from_json(t) for t in data.get("history", [])),
+                end_phase=_phase(data["end_phase"]) if data.get("end_phase") else None,
+                served_models=tuple(data.get("served_models", ())),
+                reasons=tuple(data.get("reasons", ())), pending=pending,
+                **plain,
+            )
+        except (KeyError, TypeError) as exc:
+            raise StateError(f"cutover state is missing or mistypes {exc}") from exc
+
+    def moved(self, to: Phase, reason: str, now: float, **changes: Any) -> CutoverState:
+        """This state in phase `to`, the transition recorded; `deadline_unix`, `pending`
+        and `note` reset unless given."""
+        for name in ("deadline_unix", "pending", "note"):
+            changes.setdefault(name, None)
+        return replace(self, phase=to, phase_since_unix=now,
+                       history=self.history + (Transition(now, self.phase, to, reason),),
+                       **changes)
+
+
+def _phase(value: Any) -> Phase:
+    try:
+        return Phase(value)
+    except ValueError:
+        raise StateError(f"unknown phase {value!r}; one of "
+                         f"{[p.value for p in Phase]!r}") from None
+
+
+def _require(value: Any, kind: type, what: str) -> None:
+    if not isinstance(value, kind):
+        raise StateError(f"{what} must be a JSON {kind.__name__}, got {value!r}")

@@ -1,0 +1,209 @@
+"""The I/O around the pure core: observe, advance, persist, act; one step at a time.
+
+Runs in the sidecar proxy's event loop. Docker calls go to a worker thread
+(`asyncio.to_thread`), so the client path never waits on the daemon; route changes are
+compare-and-set calls on the proxy's own router; the state is written (atomically) before
+the step's action, so a restart repeats at most that one idempotent action.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+
+from proxy.cutover import machine
+from proxy.cutover.control import EvidenceWindow, ProxyControl, RouteConflict
+from proxy.cutover.driver import LABEL_CUTOVER, ContainerDriver, EngineUnavailable, NotFound
+from proxy.cutover.model import Command, CutoverState
+from proxy.cutover.steps import (
+    Action,
+    ActionFailure,
+    CreateNew,
+    Observation,
+    RemoveContainer,
+    SaveImage,
+    SetRoutes,
+    StartContainer,
+    StopContainer,
+    Wait,
+)
+from proxy.cutover.warmup import healthy, probe_ready
+from proxy.statefile import StateFile
+
+log = logging.getLogger(__name__)
+
+SECTION = "cutover"
+
+
+class Reconciler:
+    """Drives one cutover to its end. `deliver` queues an operator command for the next
+    step (validated against the current state first); `run` steps until the phase ends."""
+
+    def __init__(self, state: CutoverState, statefile: StateFile, control: ProxyControl,
+                 driver: ContainerDriver | None, session: aiohttp.ClientSession,
+                 tick_s: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+        self.state = state
+        self._statefile = statefile
+        self._control = control
+        self._driver = driver
+        self._session = session
+        self._tick_s = tick_s
+        self._clock = clock
+        self._mail: Command | None = None
+        self._wake = asyncio.Event()
+        self._failure: ActionFailure | None = None
+        self._saved_bytes: int | None = None
+
+    def deliver(self, cmd: Command) -> CutoverState:
+        """The state as it will be with `cmd` pending; machine.CommandRefused if it does
+        not apply."""
+        pending = machine.command(self.state, cmd)
+        self._mail = cmd
+        self._wake.set()
+        return pending
+
+    @property
+    def mail(self) -> Command | None:
+        """A delivered command the next step has not taken yet."""
+        return self._mail
+
+    @property
+    def busy(self) -> bool:
+        return not self.state.phase.terminal or self._mail is not None
+
+    async def run(self) -> None:
+        while self.busy:
+            phase = self.state.phase
+            action = await self.step()
+            if isinstance(action, Wait) and self.state.phase is phase:
+                await self._sleep()
+        log.info("cutover %s ended: %s", self.state.id, self.state.phase.value)
+
+    async def step(self) -> Action:
+        """Observe, advance, persist, then perform the one action asked for."""
+        state, mail = self.state, self._mail
+        if mail is not None:
+            try:
+                state = machine.command(state, mail)
+            except machine.CommandRefused as exc:
+                state = replace(state, note=str(exc))
+        obs = await self._observe(state)
+        nxt, action = machine.advance(state, obs, self._clock())
+        if nxt != self.state:
+            try:
+                await asyncio.to_thread(self._statefile.put, SECTION, nxt.to_json())
+            except OSError as exc:  # acting on a step the file does not hold could repeat
+                log.error("cutover %s: state file not written: %s", nxt.id, exc)
+                self.state = replace(self.state, note=f"state file not written: {exc}")
+                return Wait()
+            if nxt.phase is not self.state.phase:
+                log.info("cutover %s: %s -> %s (%s)", nxt.id, self.state.phase.value,
+                         nxt.phase.value, nxt.history[-1].reason)
+        self.state = nxt
+        if self._mail is mail:  # taken; one delivered meanwhile waits for the next step
+            self._mail = None
+        self._failure, self._saved_bytes = None, None
+        if not isinstance(action, Wait):
+            await self._perform(action)
+        return action
+
+    async def _sleep(self) -> None:
+        if self._mail is not None:
+            return
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), self._tick_s)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _observe(self, state: CutoverState) -> Observation:
+        wanted = machine.needs(state)
+        seen: set[str] = set()
+        problems: list[str] = []
+        found: dict[str, Any] = {}
+
+        async def look(probe: str, call: Callable[[], Any]) -> None:
+            try:
+                result = call()
+                found[probe] = await result if asyncio.iscoroutine(result) else result
+            except NotFound:
+                found[probe] = None
+            except (RuntimeError, OSError, ValueError, asyncio.TimeoutError) as exc:
+                # a probe that fails says nothing (not in `seen`); the step waits
+                problems.append(f"{probe}: {exc}")
+                return
+            seen.add(probe)
+
+        control, driver = self._control, self._driver
+        if "routes" in wanted:
+            await look("routes", control.routes)
+        if "inflight" in wanted:
+            await look("inflight", lambda: dict(control.inflight()))
+        if "gate" in wanted and state.new is not None:
+            window = EvidenceWindow(state.started_unix, state.old.url, state.new.url,
+                                    state.baseline_url)
+            await look("gate", lambda: control.gate(window))
+        old_id = state.old.container_id
+        if driver is not None and "old" in wanted and old_id:
+            await look("old", lambda: asyncio.to_thread(driver.inspect, old_id))
+        if driver is not None and "new" in wanted:
+            await look("new", lambda: asyncio.to_thread(driver.find,
+                                                        f"label={LABEL_CUTOVER}={state.id}"))
+        new_info = found.get("new")
+        if driver is not None and new_info is not None:
+            if state.new is None:
+                await look("new_url", lambda: asyncio.to_thread(driver.url_for, new_info,
+                                                                state.old.url))
+            if "new_logs" in wanted:
+                await look("new_logs", lambda: asyncio.to_thread(driver.logs_tail, new_info.id))
+        running = "new" not in seen or (new_info is not None and new_info.state == "running")
+        new_url = state.new.url if state.new is not None else None
+        if "warmup" in wanted and new_url is not None and running:
+            await look("warmup", lambda: probe_ready(self._session, new_url,
+                                                     state.served_models))
+        if "old_health" in wanted:
+            await look("old_health", lambda: healthy(self._session, state.old.url))
+        return Observation(
+            seen=frozenset(seen), routes=found.get("routes"),
+            inflight=found.get("inflight") or {}, gate=found.get("gate"),
+            old=found.get("old"), new=new_info, new_url=found.get("new_url"),
+            new_logs=found.get("new_logs"), warmup=found.get("warmup"),
+            old_healthy=bool(found.get("old_health")), failure=self._failure,
+            saved_bytes=self._saved_bytes, problems=tuple(problems))
+
+    async def _perform(self, action: Action) -> None:
+        state, driver = self.state, self._driver
+        try:
+            if isinstance(action, SetRoutes):
+                self._control.set_routes(action.primary, action.shadow, action.baseline,
+                                         expect_version=action.expect_version)
+                return
+            if driver is None:
+                raise EngineUnavailable(f"{type(action).__name__} needs a container driver "
+                                        "(start the proxy with --driver docker)")
+            if isinstance(action, SaveImage):
+                self._saved_bytes = await asyncio.to_thread(driver.save_image, action.image,
+                                                            action.path)
+            elif isinstance(action, CreateNew):
+                assert state.old.container_id is not None
+                old = await asyncio.to_thread(driver.inspect, state.old.container_id)
+                await asyncio.to_thread(driver.create_like, old, action.plan)
+            elif isinstance(action, StartContainer):
+                await asyncio.to_thread(driver.start, action.container_id)
+            elif isinstance(action, StopContainer):
+                await asyncio.to_thread(driver.stop, action.container_id, action.grace_s)
+            elif isinstance(action, RemoveContainer):
+                await asyncio.to_thread(driver.remove, action.container_id)
+        except (RouteConflict, EngineUnavailable) as exc:
+            self._failure = ActionFailure(type(action).__name__, str(exc), transient=True)
+        except Exception as exc:  # the machine decides what a failed action means
+            log.warning("cutover %s: %s failed: %s", state.id, type(action).__name__, exc,
+                        exc_info=not isinstance(exc, (RuntimeError, OSError, ValueError)))
+            self._failure = ActionFailure(type(action).__name__, str(exc),
+                                          transient=isinstance(action, SetRoutes))

@@ -1,0 +1,206 @@
+"""The cutover as the sidecar runs it: start (checked before anything changes), operator
+commands, status, and resuming a persisted cutover when the proxy starts.
+
+One cutover at a time per proxy. `open()` reads the state file's "cutover" section and
+resumes a cutover that had not ended; `close()` stops stepping (the state stays on disk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from proxy.cutover import machine
+from proxy.cutover.control import ProxyControl
+from proxy.cutover.driver import Conflict, ContainerDriver, DriverError, EngineUnavailable, NotFound
+from proxy.cutover.model import Command, CutoverSpec, CutoverState, Endpoint, StateError
+from proxy.cutover.reconciler import SECTION, Reconciler
+from proxy.cutover.spec import DEFAULT_SHUTDOWN_GRACE_S, grace_from_command
+from proxy.cutover.status import status_json
+from proxy.cutover.warmup import ProbeError, served_models, vllm_version
+from proxy.statefile import StateFile
+
+log = logging.getLogger(__name__)
+
+NO_DRIVER = ("this proxy runs without a container driver: start it with --driver docker "
+             "and the Docker socket mounted, or adopt a running backend with new_url")
+
+
+class StartRefused(RuntimeError):
+    """A start request that changed nothing; `status` is the HTTP status to answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class CutoverService:
+    """Owns the cutover of one proxy: wire it with `CUTOVER_KEY`, `open()` it at start-up
+    and `close()` it at shutdown; it must share the router's StateFile instance (each
+    instance rewrites the whole file with the sections it holds)."""
+
+    def __init__(self, statefile: StateFile, control: ProxyControl,
+                 driver: ContainerDriver | None, tick_s: float = 1.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._statefile = statefile
+        self._control = control
+        self.driver = driver
+        self._tick_s = tick_s
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+        self._reconciler: Reconciler | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._start_lock = asyncio.Lock()
+        self.load_error: str | None = None
+
+    @property
+    def state(self) -> CutoverState | None:
+        return self._reconciler.state if self._reconciler else None
+
+    async def open(self) -> None:
+        self._session = aiohttp.ClientSession()
+        data = self._statefile.get(SECTION)
+        if data is None:
+            return
+        try:
+            state = CutoverState.from_json(data)
+        except StateError as exc:  # starting another over it could fight a lost one
+            self.load_error = f"the persisted cutover cannot be read: {exc}"
+            log.error("%s", self.load_error)
+            return
+        self._reconciler = self._make(state)
+        if not state.phase.terminal:
+            log.info("resuming cutover %s in phase %s", state.id, state.phase.value)
+            self._ensure_running()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._session is not None:
+            await self._session.close()
+
+    async def wait(self) -> CutoverState | None:
+        """Until the running cutover has ended (for tests and `--wait` callers)."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+        return self.state
+
+    def status(self) -> dict[str, Any]:
+        try:
+            routes = self._control.routes()
+        except RuntimeError:  # status must answer even when the router cannot
+            routes = None
+        data = status_json(self.state, routes, self._clock())
+        if self._reconciler is not None and self._reconciler.mail is not None:
+            data.update(pending=self._reconciler.mail, terminal=False)
+        if self.load_error:
+            data["error"] = self.load_error
+        return data
+
+    def command(self, cmd: Command) -> CutoverState:
+        """Queue `cmd` (machine.CommandRefused when it does not apply)."""
+        if self._reconciler is None:
+            raise machine.CommandRefused("no cutover has run on this proxy")
+        pending = self._reconciler.deliver(cmd)
+        self._ensure_running()
+        return pending
+
+    async def start(self, spec: CutoverSpec) -> CutoverState:
+        """Check everything, persist the first state, start stepping; StartRefused (and
+        nothing changed) otherwise."""
+        async with self._start_lock:
+            if self.load_error:
+                raise StartRefused(409, self.load_error)
+            try:
+                machine.begin(spec, "check", Endpoint(url="http://check"), 0.0, self.state)
+            except machine.CutoverRunning as exc:
+                raise StartRefused(409, str(exc)) from exc
+            if spec.needs_driver and self.driver is None:
+                raise StartRefused(501, NO_DRIVER)
+            try:
+                state = await self._first_state(spec)
+            except (NotFound, ProbeError) as exc:
+                raise StartRefused(404 if isinstance(exc, NotFound) else 502, str(exc)) from exc
+            except Conflict as exc:
+                raise StartRefused(409, str(exc)) from exc
+            except EngineUnavailable as exc:
+                raise StartRefused(503, str(exc)) from exc
+            except DriverError as exc:
+                raise StartRefused(500, str(exc)) from exc
+            await asyncio.to_thread(self._statefile.put, SECTION, state.to_json())
+            self._reconciler = self._make(state)
+            self._ensure_running()
+            log.info("cutover %s started: %s", state.id, state.history[0].reason)
+            return state
+
+    async def _first_state(self, spec: CutoverSpec) -> CutoverState:
+        assert self._session is not None, "open() first"
+        routes = self._control.routes()
+        old_url = spec.old_url or routes.primary
+        if old_url != routes.primary:
+            raise Conflict(f"the proxy's primary is {routes.primary!r}, not old_url "
+                           f"{old_url!r}: a cutover replaces the backend that serves")
+        if spec.new_url is not None and spec.new_url == old_url:
+            raise Conflict(f"new_url {spec.new_url!r} is the primary itself")
+        old = Endpoint(url=old_url)
+        grace = spec.shutdown_grace_s
+        driver = self.driver
+        if spec.old is not None and driver is not None:
+            info = await asyncio.to_thread(driver.find, spec.old)
+            if info.state != "running":
+                raise Conflict(f"the old container {info.name} is {info.state}, not running")
+            old = replace(old, container_id=info.id, name=info.name, image=info.image)
+            if grace is None:
+                grace = grace_from_command(info.entrypoint + info.command)
+            if spec.new_image is not None:
+                if not await asyncio.to_thread(driver.image_exists, spec.new_image):
+                    raise NotFound(f"image {spec.new_image!r} is not on this host: build or "
+                                   "pull it first")
+                if spec.new_gpus is None and info.gpus:
+                    raise Conflict(f"the old container holds GPUs {list(info.gpus)!r}; give "
+                                   "new_gpus (--new-gpus) with free devices for the new one")
+                if spec.new_gpus:
+                    await asyncio.to_thread(driver.check_gpus, spec.new_gpus)
+        try:
+            names = ((spec.served_model_name,) if spec.served_model_name
+                     else await served_models(self._session, old_url))
+        except ProbeError as exc:
+            raise ProbeError(f"the old backend {old_url} did not list its models ({exc}); "
+                             "give served_model_name") from exc
+        old = replace(old, vllm_version=await vllm_version(self._session, old_url))
+        return machine.begin(spec, secrets.token_hex(4), old, self._clock(), self.state,
+                             served_models=names,
+                             baseline_url=spec.baseline_url or routes.baseline,
+                             shutdown_grace_s=grace if grace is not None
+                             else DEFAULT_SHUTDOWN_GRACE_S)
+
+    def _make(self, state: CutoverState) -> Reconciler:
+        assert self._session is not None, "open() first"
+        return Reconciler(state, self._statefile, self._control, self.driver, self._session,
+                          self._tick_s, self._clock)
+
+    def _ensure_running(self) -> None:
+        if self._task is not None and not self._task.done():
+            return
+        reconciler = self._reconciler
+        assert reconciler is not None
+        self._task = asyncio.get_running_loop().create_task(
+            reconciler.run(), name=f"cutover-{reconciler.state.id}")
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cutover reconciler stopped", exc_info=task.exception())
+
+
+CUTOVER_KEY = web.AppKey("cutover", CutoverService)

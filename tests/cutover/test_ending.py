@@ -1,0 +1,76 @@
+"""The pure core after the promotion: post-promotion gate, rollback, draining the old one."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.cutover.machine import CommandRefused, advance, command, needs
+from proxy.cutover.model import Phase
+from proxy.cutover.steps import RemoveContainer, SetRoutes, StartContainer, Wait
+from tests.cutover.states import NEW_URL, OLD_URL, T0, container, gate, obs, routes, state_in
+
+OLD_RUNNING = container("old-id-0001")
+OLD_EXITED = container("old-id-0001", "exited", exit_code=0)
+
+
+def test_remove_old_at_the_end() -> None:
+    s = state_in(Phase.DRAINING_OLD, spec={"remove_old": True}, drained_unix=T0,
+                 old_stopped=True)
+    alone = routes(NEW_URL)
+    s, action = advance(s, obs(routes=alone, inflight={}, old=OLD_EXITED), T0 + 100)
+    assert action == RemoveContainer("old-id-0001")
+    s, action = advance(s, obs(routes=alone, inflight={}, old=None), T0 + 101)
+    assert s.phase is Phase.DONE and s.old.removed and "removed" in s.history[-1].reason
+    with pytest.raises(CommandRefused, match="removed"):
+        command(s, "rollback")
+
+
+def test_post_promotion_gate_fail_rolls_back() -> None:
+    s = state_in(Phase.POST_PROMOTION, deadline_unix=T0 + 60)
+    promoted = routes(NEW_URL, OLD_URL, version=3)
+    s, a = advance(s, obs(routes=promoted, new=container(), gate=gate("fail", 30, "TTFT p99")),
+                   T0 + 20)
+    assert s.phase is Phase.ROLLING_BACK and s.rollback_started_unix == T0 + 20
+    assert needs(s) >= {"old", "old_health", "inflight", "new"}
+    s, a = advance(s, obs(routes=promoted, old=OLD_RUNNING, old_healthy=True, inflight={},
+                          new=container()), T0 + 20.5)
+    assert a == SetRoutes(OLD_URL, None, None, 3)
+    back = routes(OLD_URL, version=4)
+    s, a = advance(s, obs(routes=back, old=OLD_RUNNING, old_healthy=True,
+                          inflight={NEW_URL: 1}, new=container()), T0 + 21)
+    assert s.rollback_s == 1.0 and isinstance(a, Wait)  # a stream on new finishes first
+    s, a = advance(s, obs(routes=back, old=OLD_RUNNING, old_healthy=True, inflight={},
+                          new=container()), T0 + 22)
+    assert a == RemoveContainer("new-id-0002")
+    s, a = advance(s, obs(routes=back, old=OLD_RUNNING, old_healthy=True, inflight={},
+                          new=None), T0 + 23)
+    assert s.phase is Phase.ROLLED_BACK and "1.00s after the rollback began" in \
+        s.history[-1].reason and s.rollback_s == 1.0
+
+
+@pytest.mark.parametrize("phase", [Phase.PROMOTING, Phase.POST_PROMOTION,
+                                   Phase.DRAINING_OLD, Phase.DONE])
+def test_rollback_from_any_phase_after_promotion_starts_a_stopped_old(phase) -> None:
+    s = command(state_in(phase, old_stopped=True), "rollback")
+    promoted = routes(NEW_URL, version=7)
+    s, a = advance(s, obs(routes=promoted, old=OLD_EXITED, inflight={}, new=container()), T0)
+    assert s.phase is Phase.ROLLING_BACK and a == StartContainer("old-id-0001")
+    s, a = advance(s, obs(routes=promoted, old=OLD_RUNNING, old_healthy=False, inflight={},
+                          new=container()), T0 + 30)
+    assert isinstance(a, Wait) and "waiting for old" in (s.note or "")  # not before healthy
+    s, a = advance(s, obs(routes=promoted, old=OLD_RUNNING, old_healthy=True, inflight={},
+                          new=container()), T0 + 42)
+    assert a == SetRoutes(OLD_URL, None, None, 7)
+    s, a = advance(s, obs(routes=routes(version=8), old=OLD_RUNNING, old_healthy=True,
+                          inflight={}, new=container()), T0 + 42.25)
+    assert s.rollback_s == 42.25
+
+
+def test_rollback_fails_cleanly_when_old_is_gone_or_never_healthy() -> None:
+    s = command(state_in(Phase.DONE), "rollback")
+    s1, a = advance(s, obs(routes=routes(NEW_URL), old=None, new=container()), T0)
+    assert s1.phase is Phase.FAILED and "no longer exists; new stays primary" in (s1.error or "")
+    s2, a = advance(s, obs(routes=routes(NEW_URL), old=OLD_RUNNING, old_healthy=False), T0)
+    s2, a = advance(s2, obs(routes=routes(NEW_URL), old=OLD_RUNNING, old_healthy=False), T0 + 61)
+    assert s2.phase is Phase.FAILED and "not healthy within 60s" in (s2.error or "")
+    assert isinstance(a, Wait)

@@ -1,0 +1,275 @@
+"""The pure core: every path of the cutover, stepped with values (no Docker, no sockets)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from proxy.cutover.driver import LABEL_CUTOVER, LABEL_ROLE
+from proxy.cutover.machine import CommandRefused, CutoverRunning, advance, begin, command, needs
+from proxy.cutover.model import Phase
+from proxy.cutover.steps import (
+    ActionFailure,
+    CreateNew,
+    RemoveContainer,
+    SaveImage,
+    SetRoutes,
+    StartContainer,
+    StopContainer,
+    Wait,
+    WarmupResult,
+)
+from tests.cutover.states import (
+    NEW_URL,
+    OLD_URL,
+    T0,
+    container,
+    gate,
+    obs,
+    old_endpoint,
+    routes,
+    spec,
+    started,
+    state_in,
+)
+
+READY = WarmupResult(healthy=True, models=("tiny",), completion_ok=True, vllm_version="0.32.0")
+OLD_RUNNING = container("old-id-0001")
+OLD_EXITED = container("old-id-0001", "exited", exit_code=0)
+
+
+def test_happy_path_records_every_transition() -> None:
+    s = started()
+    assert s.phase is Phase.STARTING_NEW and needs(s) == {"routes", "new"}
+    s, action = advance(s, obs(routes=routes(), new=None), T0 + 1)
+    assert isinstance(action, CreateNew)
+    assert action.plan.labels[LABEL_CUTOVER] == "c1" and action.plan.labels[LABEL_ROLE] == "new"
+    assert action.plan.image == "vllm:new" and action.plan.name == "vllm-old-cutover-c1"
+    s, action = advance(s, obs(routes=routes(), new=container(), new_url=NEW_URL), T0 + 2)
+    assert s.phase is Phase.WARMING and s.new is not None and s.new.url == NEW_URL
+    s, action = advance(s, obs(routes=routes(), new=container(),
+                               warmup=WarmupResult(healthy=True, error="/v1/models: 503")), T0 + 3)
+    assert s.phase is Phase.WARMING and s.note == "/v1/models: 503"
+    # Ready: shadowing starts and its routes are asked for in the same step.
+    s, action = advance(s, obs(routes=routes(), new=container(), warmup=READY), T0 + 4)
+    assert s.phase is Phase.SHADOWING and s.new.vllm_version == "0.32.0"
+    assert action == SetRoutes(OLD_URL, NEW_URL, None, 1)
+    shadowed = routes(OLD_URL, NEW_URL, version=2)
+    s, action = advance(s, obs(routes=shadowed, gate=gate("inconclusive", 4)), T0 + 5)
+    assert s.phase is Phase.SHADOWING and isinstance(action, Wait) and s.samples == 4
+    # The gate passes with enough samples: promoted with one routing change, same step.
+    s, action = advance(s, obs(routes=shadowed, gate=gate("pass", 12), new=container()), T0 + 6)
+    assert s.phase is Phase.PROMOTING and action == SetRoutes(NEW_URL, OLD_URL, None, 2)
+    promoted = routes(NEW_URL, OLD_URL, version=3)
+    s, action = advance(s, obs(routes=promoted), T0 + 7)
+    assert s.phase is Phase.POST_PROMOTION and s.promoted_unix == T0 + 7
+    s, action = advance(s, obs(routes=promoted, gate=gate("pass", 30), new=container()), T0 + 20)
+    assert s.phase is Phase.POST_PROMOTION and isinstance(action, Wait)
+    s, action = advance(s, obs(routes=promoted, gate=gate("pass", 40), new=container()), T0 + 57)
+    assert s.phase is Phase.DRAINING_OLD
+    s, action = advance(s, obs(routes=promoted, inflight={OLD_URL: 2}, old=OLD_RUNNING), T0 + 58)
+    assert action == SetRoutes(NEW_URL, None, None, 3)
+    alone = routes(NEW_URL, version=4)
+    s, action = advance(s, obs(routes=alone, inflight={OLD_URL: 2}, old=OLD_RUNNING), T0 + 59)
+    assert isinstance(action, Wait) and s.note == "2 request(s) still in flight on old"
+    s, action = advance(s, obs(routes=alone, inflight={OLD_URL: 0}, old=OLD_RUNNING), T0 + 60)
+    assert isinstance(action, Wait) and s.drained_unix == T0 + 60
+    s, action = advance(s, obs(routes=alone, inflight={}, old=OLD_RUNNING), T0 + 89)
+    assert isinstance(action, Wait)  # scale-down delay of 30 s not over
+    s, action = advance(s, obs(routes=alone, inflight={}, old=OLD_RUNNING), T0 + 90)
+    assert action == StopContainer("old-id-0001", 20.0)
+    s, action = advance(s, obs(routes=alone, inflight={}, old=OLD_EXITED), T0 + 95)
+    assert s.phase is Phase.DONE and s.old_stopped and not s.old.removed
+    assert [(t.from_phase, t.to_phase) for t in s.history] == [
+        (None, Phase.STARTING_NEW), (Phase.STARTING_NEW, Phase.WARMING),
+        (Phase.WARMING, Phase.SHADOWING), (Phase.SHADOWING, Phase.PROMOTING),
+        (Phase.PROMOTING, Phase.POST_PROMOTION), (Phase.POST_PROMOTION, Phase.DRAINING_OLD),
+        (Phase.DRAINING_OLD, Phase.DONE)]
+    assert [t.at_unix for t in s.history] == [T0, T0 + 2, T0 + 4, T0 + 6, T0 + 7, T0 + 57,
+                                               T0 + 95]
+    assert "12/10 samples" in s.history[3].reason and "kept for a rollback" in s.history[-1].reason
+
+
+@pytest.mark.parametrize(("observed", "why"), [
+    ({"new": container(state="exited", exit_code=1)}, "exited with code 1 before it was ready"),
+    ({"new": container(), "warmup": WarmupResult(healthy=True, models=("other",))},
+     "serves ['other'], not the old one's ['tiny']"),
+])
+@pytest.mark.parametrize("keep_failed", [False, True])
+def test_warmup_failure_fails_with_log_tail(observed, why, keep_failed) -> None:
+    s = state_in(Phase.WARMING, spec={"keep_failed": keep_failed})
+    s, action = advance(s, obs(routes=routes(), **observed), T0 + 5)
+    assert s.phase is Phase.ABORTING and s.end_phase is Phase.FAILED and why in (s.error or "")
+    assert "new_logs" in needs(s)
+    info = observed["new"]
+    s, action = advance(s, obs(routes=routes(), new=info, new_logs="CUDA out of memory"),
+                        T0 + 6)
+    assert s.log_tail == "CUDA out of memory"
+    if keep_failed:
+        assert s.phase is Phase.FAILED and "kept (--keep-failed)" in s.history[-1].reason
+        return
+    assert action == RemoveContainer(info.id)
+    s, action = advance(s, obs(routes=routes(), new=None), T0 + 7)
+    assert s.phase is Phase.FAILED and s.new is not None and s.new.removed
+    assert why in s.history[-1].reason
+
+
+def test_new_container_gone_fails_at_once() -> None:
+    s, action = advance(state_in(Phase.WARMING), obs(routes=routes(), new=None), T0 + 5)
+    assert s.phase is Phase.FAILED and isinstance(action, Wait)
+    assert "the new container disappeared before it was ready" in s.history[-1].reason
+
+
+def test_never_healthy_fails_at_the_deadline_and_old_is_never_stopped() -> None:
+    s = started()
+    actions = []
+    s, a = advance(s, obs(routes=routes(), new=container(), new_url=NEW_URL), T0 + 1)
+    for t in range(2, 62, 10):
+        s, a = advance(s, obs(routes=routes(), new=container(),
+                              warmup=WarmupResult(error="/health: connection refused")), T0 + t)
+        actions.append(a)
+    assert s.phase is Phase.WARMING
+    s, a = advance(s, obs(routes=routes(), new=container(),
+                          warmup=WarmupResult(error="/health: connection refused")), T0 + 60)
+    assert s.phase is Phase.ABORTING
+    assert "not ready within 60s: /health: connection refused" in (s.error or "")
+    assert not any(isinstance(x, (StopContainer, StartContainer)) for x in actions + [a])
+
+
+def test_analysis_timeout_aborts_and_removes_new() -> None:
+    s = state_in(Phase.SHADOWING, deadline_unix=T0 + 100)
+    shadowed = routes(OLD_URL, NEW_URL, version=5)
+    s, a = advance(s, obs(routes=shadowed, gate=gate("inconclusive", 3), new=container()),
+                   T0 + 100)
+    assert s.phase is Phase.ABORTING and s.end_phase is Phase.ABORTED
+    assert "analysis timeout after 100s (gate inconclusive, 3/10 samples)" in (s.error or "")
+    assert a == SetRoutes(OLD_URL, None, None, 5)  # the same step takes the shadow away
+    s, a = advance(s, obs(routes=routes(version=6), new=container()), T0 + 101)
+    assert a == RemoveContainer("new-id-0002") and "new_logs" not in needs(s)
+    s, a = advance(s, obs(routes=routes(version=6), new=None), T0 + 102)
+    assert s.phase is Phase.ABORTED
+
+
+def test_gate_fail_while_shadowing_aborts() -> None:
+    s = state_in(Phase.SHADOWING, deadline_unix=T0 + 100)
+    s, a = advance(s, obs(routes=routes(OLD_URL, NEW_URL), new=container(),
+                          gate=gate("fail", 40, "match rate 0.42 < 0.90")), T0 + 9)
+    assert s.phase is Phase.ABORTING and s.end_phase is Phase.ABORTED
+    assert "gate failed while shadowing: match rate 0.42 < 0.90" in (s.error or "")
+    assert a == SetRoutes(OLD_URL, None, None, 1)
+
+
+def test_gate_pass_below_min_samples_waits() -> None:
+    s = state_in(Phase.SHADOWING, spec={"min_samples": 100}, deadline_unix=T0 + 100)
+    s, a = advance(s, obs(routes=routes(OLD_URL, NEW_URL), gate=gate("pass", 99)), T0 + 9)
+    assert s.phase is Phase.SHADOWING and isinstance(a, Wait)
+
+
+def test_manual_promote_and_force() -> None:
+    s = state_in(Phase.SHADOWING, spec={"auto_promote": False}, deadline_unix=T0 + 100)
+    shadowed = routes(OLD_URL, NEW_URL, version=2)
+    s, a = advance(s, obs(routes=shadowed, gate=gate("inconclusive", 2, "2 < 50 samples")),
+                   T0 + 1)
+    with pytest.raises(CommandRefused, match=r"inconclusive, 2/10 samples \(2 < 50 samples\);"
+                                             r" promote --force skips the gate"):
+        command(s, "promote")
+    forced = command(s, "force_promote")
+    s2, a = advance(forced, obs(routes=shadowed), T0 + 2)
+    assert s2.phase is Phase.PROMOTING and "--force" in s2.history[-1].reason
+    assert a == SetRoutes(NEW_URL, OLD_URL, None, 2) and s2.pending is None
+    s, a = advance(s, obs(routes=shadowed, gate=gate("pass", 10)), T0 + 3)
+    assert s.phase is Phase.SHADOWING  # no automatic promotion
+    s, a = advance(command(s, "promote"), obs(routes=shadowed), T0 + 4)
+    assert s.phase is Phase.PROMOTING and "by the operator" in s.history[-1].reason
+
+
+@pytest.mark.parametrize("phase", [Phase.BACKING_UP, Phase.STARTING_NEW, Phase.WARMING,
+                                   Phase.SHADOWING])
+def test_abort_before_promotion(phase) -> None:
+    s = command(state_in(phase), "abort")
+    assert needs(s) == {"routes", "new"}
+    s, a = advance(s, obs(routes=routes(OLD_URL, s.new.url if s.new else None), new=None), T0)
+    if s.new is not None:
+        assert a == SetRoutes(OLD_URL, None, None, 1)
+        s, a = advance(s, obs(routes=routes(version=2), new=None), T0 + 1)
+    assert s.phase is Phase.ABORTED and s.history[-2].reason == "aborted by the operator"
+
+
+@pytest.mark.parametrize(("phase", "cmd", "message"), [
+    (Phase.POST_PROMOTION, "abort", "roll back instead"),
+    (Phase.SHADOWING, "rollback", "abort it instead"),
+    (Phase.WARMING, "force_promote", "not ready to take traffic"),
+    (Phase.POST_PROMOTION, "promote", "already promoted"),
+    (Phase.ABORTED, "rollback", "does not apply"),
+    (Phase.ROLLING_BACK, "abort", "does not apply"),
+])
+def test_commands_refused_where_they_do_not_apply(phase, cmd, message) -> None:
+    with pytest.raises(CommandRefused, match=message):
+        command(state_in(phase), cmd)
+
+
+def test_second_start_refused_while_one_runs() -> None:
+    running = started()
+    with pytest.raises(CutoverRunning, match="cutover c1 is still starting_new"):
+        begin(spec(), "c2", old_endpoint(), T0, running)
+    ended = replace(running, phase=Phase.ABORTED)
+    assert begin(spec(), "c2", old_endpoint(), T0, ended).id == "c2"
+
+
+def test_routes_changed_by_another_writer_stop_the_cutover() -> None:
+    s = state_in(Phase.SHADOWING, deadline_unix=T0 + 100)
+    s, a = advance(s, obs(routes=routes("http://other:9000", NEW_URL)), T0 + 1)
+    assert s.phase is Phase.FAILED and isinstance(a, Wait)
+    assert "'http://other:9000'" in (s.error or "") and "nothing more is done" in s.error
+
+
+def test_route_conflict_is_retried_with_the_new_version() -> None:
+    s = state_in(Phase.PROMOTING)
+    failure = ActionFailure("SetRoutes", "routes are at version 4, not 3", transient=True)
+    s, a = advance(s, obs(routes=routes(OLD_URL, NEW_URL, version=4), failure=failure), T0)
+    assert a == SetRoutes(NEW_URL, OLD_URL, None, 4)
+    assert s.note == "SetRoutes will be retried: routes are at version 4, not 3"
+
+
+def test_backup_then_start_and_backup_failure() -> None:
+    s = started(backup_image="/backups/old.tar")
+    assert s.phase is Phase.BACKING_UP
+    s1, a = advance(s, obs(), T0)
+    assert a == SaveImage("vllm:old", "/backups/old.tar")
+    s1, a = advance(s1, obs(saved_bytes=12345), T0 + 3)
+    assert s1.phase is Phase.STARTING_NEW and s1.backup_bytes == 12345
+    failure = ActionFailure("SaveImage", "No space left on device")
+    s2, a = advance(s, obs(failure=failure), T0 + 3)
+    assert s2.phase is Phase.ABORTING and "No space left on device" in (s2.error or "")
+    s2, a = advance(s2, obs(routes=routes(), new=None, new_logs=None), T0 + 4)
+    assert s2.phase is Phase.FAILED and "no new container was created" in s2.history[-1].reason
+
+
+def test_create_failure_fails_and_adopt_mode_skips_containers() -> None:
+    s = started()
+    s, a = advance(s, obs(routes=routes(), new=None,
+                          failure=ActionFailure("CreateNew", "GPU 1 is held by vllm-old")), T0)
+    assert s.phase is Phase.FAILED and "GPU 1 is held by vllm-old" in (s.error or "")
+    assert "no new container was created" in s.history[-1].reason
+    adopt = started(old=None, new_image=None, new_url=NEW_URL)
+    assert adopt.phase is Phase.WARMING and needs(adopt) == {"routes", "warmup"}
+    adopt, a = advance(adopt, obs(routes=routes(), warmup=READY), T0 + 1)
+    assert adopt.phase is Phase.SHADOWING and a == SetRoutes(OLD_URL, NEW_URL, None, 1)
+    drained = state_in(Phase.DRAINING_OLD, spec={"old": None, "new_image": None,
+                                                  "new_url": NEW_URL}, drained_unix=T0)
+    drained, a = advance(drained, obs(routes=routes(NEW_URL), inflight={}), T0 + 30)
+    assert drained.phase is Phase.DONE and "no container of ours" in drained.history[-1].reason
+
+
+def test_creation_retries_an_unreachable_engine_until_the_deadline() -> None:
+    s = started()
+    late, a = advance(s, obs(routes=routes(), new=None), T0 + 61)
+    assert late.phase is Phase.STARTING_NEW
+    assert isinstance(a, CreateNew)  # a slow start is no failure: it was never tried
+    down = ActionFailure("CreateNew", "Docker daemon unreachable", transient=True)
+    s1, a = advance(s, obs(routes=routes(), new=None, failure=down), T0 + 30)
+    assert isinstance(a, CreateNew) and "will be retried" in (s1.note or "")
+    s2, a = advance(s1, obs(routes=routes(), new=None, failure=down), T0 + 61)
+    assert s2.phase is Phase.FAILED
+    assert "could not be created within 60s: Docker daemon unreachable" in (s2.error or "")

@@ -1,0 +1,84 @@
+"""Starting a cutover: every refusal changes nothing (no state written, no container, no
+route); status JSON labels the primary and shadow by version."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from proxy.cutover.control import GateView, RoutesView
+from proxy.cutover.driver import Conflict, EngineUnavailable
+from proxy.cutover.model import CutoverSpec, Phase
+from proxy.cutover.service import StartRefused
+from tests.cutover.world import FAST, World, dead_url, ended, until
+
+
+def _untouched(world: World) -> None:
+    assert not os.path.exists(world.state_path)
+    assert not world.driver.named("create_like") and world.control.changes == []
+
+
+@pytest.mark.parametrize(("setup", "changes", "status", "quoted"), [
+    (lambda w: None, {"old": "nope"}, 404, "no container matches 'nope'"),
+    (lambda w: None, {"new_image": "vllm:missing"}, 404, "image 'vllm:missing' is not on"),
+    (lambda w: w.driver.add_old(gpus=("0",)), {}, 409, "holds GPUs ['0']; give new_gpus"),
+    (lambda w: w.driver.raises.update(check_gpus=Conflict("GPU 1 is held by vllm-x")),
+     {"new_gpus": ("1",)}, 409, "GPU 1 is held by vllm-x"),
+    (lambda w: w.driver.raises.update(find=EngineUnavailable("Docker socket not mounted")),
+     {}, 503, "Docker socket not mounted"),
+    (lambda w: w.driver.add_old(state="exited"), {}, 409, "vllm-old is exited, not running"),
+    (lambda w: None, {"old_url": "http://elsewhere:8000"}, 409,
+     "not old_url 'http://elsewhere:8000'"),
+])
+async def test_start_refusals_change_nothing(world: World, setup, changes, status,
+                                             quoted) -> None:
+    setup(world)
+    svc = await world.service()
+    with pytest.raises(StartRefused) as info:
+        await svc.start(CutoverSpec(**{**FAST, **changes}))
+    assert info.value.status == status and quoted in str(info.value)
+    _untouched(world)
+    assert svc.status()["phase"] is None
+
+
+async def test_old_backend_down_is_refused(world: World) -> None:
+    world.control.view = RoutesView(1, dead_url())
+    svc = await world.service()
+    with pytest.raises(StartRefused) as info:
+        await svc.start(CutoverSpec(**FAST))
+    assert info.value.status == 502 and "did not list its models" in str(info.value)
+    _untouched(world)
+
+
+async def test_no_driver_501_but_adopt_mode_works(world: World) -> None:
+    svc = await world.service(driver=False)
+    with pytest.raises(StartRefused) as info:
+        await svc.start(CutoverSpec(**FAST))
+    assert info.value.status == 501 and "--driver docker" in str(info.value)
+    _untouched(world)
+    adopt = {k: v for k, v in FAST.items() if k not in ("old", "new_image")}
+    state = await svc.start(CutoverSpec(**adopt, new_url=world.new_url))
+    assert state.phase is Phase.WARMING and state.old.container_id is None
+    end = await ended(svc)
+    assert end.phase is Phase.DONE and world.control.view.primary == world.new_url
+    assert world.driver.calls == []
+
+
+async def test_second_start_refused_while_one_runs(world: World) -> None:
+    world.control.judge = lambda w: GateView("inconclusive", ("12 < 50 samples",), 12, 50)
+    svc = await world.service()
+    first = await svc.start(CutoverSpec(**FAST))
+    with pytest.raises(StartRefused) as info:
+        await svc.start(CutoverSpec(**FAST))
+    assert info.value.status == 409 and f"cutover {first.id} is still" in str(info.value)
+    assert len(world.driver.named("find")) <= 2  # the second one asked the engine nothing
+    await until(lambda: svc.state is not None and svc.state.phase is Phase.SHADOWING)
+    await until(lambda: svc.status()["samples"] == 12)
+    status = svc.status()
+    assert status["primary"]["version"] == "old" and status["shadow"]["version"] == "new"
+    assert status["primary"]["url"] == world.old_url and status["shadow"]["url"] == world.new_url
+    assert status["verdict"] == "inconclusive" and status["reasons"] == ["12 < 50 samples"]
+    assert status["min_samples"] == 10 and 0 < status["time_left_s"] <= 5.0
+    assert [h["to"] for h in status["history"]] == ["starting_new", "warming", "shadowing"]
+    assert status["old"]["vllm_version"] == "0.31.0" and status["new"]["vllm_version"] == "0.32.0"
