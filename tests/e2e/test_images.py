@@ -11,7 +11,6 @@ import subprocess
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,14 +118,6 @@ def test_sim_image_serves_completions(
     url = _start_published(docker_client, image, [], container_cleanup, ready_timeout_s=60)
     answer = complete(url, "sim-model", prompt="Hello world", max_tokens=4)
     assert len(answer["choices"][0]["token_ids"]) == 4
-
-
-@pytest.fixture
-def container_cleanup(docker_client: Any) -> Iterator[list[Any]]:
-    containers: list[Any] = []
-    yield containers
-    for container in containers:
-        container.remove(force=True)
 
 
 def _start_published(
