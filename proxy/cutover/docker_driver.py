@@ -94,13 +94,13 @@ class DockerDriver:
         except docker.errors.APIError as exc:
             message = f"{what}: {exc.explanation or exc}"
             raise (Conflict(message) if exc.status_code == 409 else DriverError(message)) from exc
-        except (docker.errors.DockerException, requests.exceptions.ConnectionError,
-                OSError) as exc:
+        except requests.exceptions.Timeout as exc:
+            self.close()
+            raise EngineUnavailable(f"{what}: the Docker engine did not answer within "
+                                    f"{self.timeout_s:.0f} s ({exc})") from exc
+        except (docker.errors.DockerException, OSError) as exc:  # requests' errors included
             self.close()
             raise EngineUnavailable(_engine_message(self.base_url or "", exc)) from exc
-        except requests.exceptions.RequestException as exc:
-            self.close()
-            raise EngineUnavailable(f"{what}: the Docker engine did not answer: {exc}") from exc
 
     # -- reading ----------------------------------------------------------------------
     def _attrs(self, ref: str) -> dict[str, Any]:
