@@ -6,6 +6,7 @@ the launcher to a completion.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.images import ImageBuilder
 from tests.e2e.resources import skip_or_fail
@@ -25,19 +27,53 @@ CONTAINER_READY_TIMEOUT_S = 420.0
 ADMIN_TOKEN = "image-test-admin-token"
 
 
-@pytest.mark.e2e
-@pytest.mark.docker
-def test_compose_example_is_valid() -> None:
+COMPOSE_ENV = {"DOCKER_GID": "105", "VLLM_CUTOVER_ADMIN_TOKEN": "compose-test-token"}
+
+
+def _compose_config(name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     if shutil.which("docker-compose") is None:
         skip_or_fail("docker-compose is not installed")
-    done = subprocess.run(
-        ["docker-compose", "-f", str(REPO_ROOT / "compose" / "docker-compose.yml"), "config"],
+    return subprocess.run(
+        ["docker-compose", "-f", str(REPO_ROOT / "compose" / name), "config"],
         capture_output=True, text=True, timeout=60, check=False,
+        env={"PATH": os.environ["PATH"], **env},
     )
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.parametrize(("name", "services"), [
+    ("docker-compose.yml", ("old-vllm", "new-vllm", "sidecar")),
+    ("production.yml", ("old-vllm", "new-vllm", "sidecar", "prometheus", "grafana")),
+])
+def test_compose_stacks_are_valid(name: str, services: tuple[str, ...]) -> None:
+    done = _compose_config(name, COMPOSE_ENV)
     assert done.returncode == 0, done.stderr
-    for service in ("old-vllm:", "new-vllm:", "sidecar:"):
-        assert service in done.stdout
-    assert "shm_size" in done.stdout
+    config = yaml.safe_load(done.stdout)
+    assert set(config["services"]) == set(services)
+    sidecar = config["services"]["sidecar"]
+    assert sidecar["group_add"] == ["105"]
+    mounts = [(v["source"], v["target"]) if isinstance(v, dict) else tuple(v.split(":")[:2])
+              for v in sidecar["volumes"]]  # compose v2 writes dicts, 1.29 "src:dst:rw"
+    assert ("/var/run/docker.sock", "/var/run/docker.sock") in mounts
+    command = sidecar["command"]
+    assert command[command.index("--driver") + 1] == "docker" and "--shadow" not in command
+    for engine in ("old-vllm", "new-vllm"):
+        service = config["services"][engine]
+        assert service.get("shm_size") or service.get("ipc") == "host", service
+    if name == "production.yml":
+        gpus = [config["services"][e]["deploy"]["resources"]["reservations"]["devices"][0]
+                for e in ("old-vllm", "new-vllm")]
+        assert [g["device_ids"] for g in gpus] == [["0"], ["1"]]  # blue-green: one GPU each
+        assert config["services"]["new-vllm"]["profiles"] == ["adopt"]
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+def test_compose_stacks_ask_for_the_socket_group() -> None:
+    done = _compose_config("production.yml", {"VLLM_CUTOVER_ADMIN_TOKEN": "t"})
+    assert done.returncode != 0
+    assert "DOCKER_GID=$(stat -c %g /var/run/docker.sock)" in done.stderr
 
 
 def _run_help(client: Any, image: str) -> str:
