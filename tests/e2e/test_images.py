@@ -5,6 +5,7 @@ the launcher to a completion.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -89,6 +90,40 @@ def test_sidecar_image_runs_the_proxy(docker_client: Any, cutover_images: ImageB
     assert "--primary" in text and "--shadow" in text
 
 
+DRIVER_PROBE = ("import os; from proxy.cutover.docker_driver import DockerDriver; "
+                "print(os.getuid(), DockerDriver().image_exists(os.environ['IMAGE']))")
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.slow
+def test_sidecar_image_needs_only_the_socket_group(
+    docker_client: Any, cutover_images: ImageBuilder
+) -> None:
+    """Non-root: the Docker socket answers with its group added, and without it the
+    driver says what to add."""
+    image = cutover_images.sidecar()
+    config = docker_client.images.get(image).attrs["Config"]
+    assert config["User"] == "cutover" and "python3" in config["Healthcheck"]["Test"]
+    socket_gid = os.stat("/var/run/docker.sock").st_gid
+    run = {"entrypoint": ["python3", "-c", DRIVER_PROBE], "environment": {"IMAGE": image},
+           "volumes": {"/var/run/docker.sock": {"bind": "/var/run/docker.sock"}},
+           "stdout": True, "stderr": True}
+    output = docker_client.containers.run(image, remove=True, group_add=[str(socket_gid)],
+                                          **run)
+    assert output.decode().split() == ["10001", "True"]
+    if socket_gid == 0 or os.stat("/var/run/docker.sock").st_mode & 0o006:
+        return  # a socket open to everyone (or to root's group only) needs no group
+    container = docker_client.containers.run(image, detach=True, **run)
+    try:
+        assert container.wait(timeout=60)["StatusCode"] != 0
+        logs = container.logs().decode()
+    finally:
+        container.remove(force=True)
+    assert "permission denied on the Docker socket /var/run/docker.sock" in logs, logs
+    assert "--group-add $(stat -c %g /var/run/docker.sock)" in logs
+
+
 @pytest.mark.e2e
 @pytest.mark.docker
 @pytest.mark.slow
@@ -128,11 +163,23 @@ def test_sidecar_image_mirrors_through_its_capture_worker(
         metrics = _admin_get(admin + "/metrics", raw=True)
         assert 'vllm_cutover_comparisons_total{against="shadow",deterministic="true",' \
                'outcome="match"} 1.0' in metrics
+        _wait_healthy(proxy, timeout_s=90)  # the image's HEALTHCHECK, through its admin port
     finally:
         for container in container_cleanup:
             container.remove(force=True)
         container_cleanup.clear()
         network.remove()
+
+
+def _wait_healthy(container: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        container.reload()
+        health = container.attrs["State"]["Health"]
+        if health["Status"] == "healthy":
+            return
+        assert time.monotonic() < deadline, health
+        time.sleep(1.0)
 
 
 def _admin_get(url: str, raw: bool = False) -> Any:
@@ -177,6 +224,42 @@ def _start_published(
             return url
         time.sleep(1.0)
     raise AssertionError(f"container not ready after {ready_timeout_s:.0f} s")
+
+
+# Stands in for the public vLLM image: a Python with pip, packaging and PyYAML (vLLM's own
+# dependencies), and none of ours (no aiohttp, docker, scipy...).
+VLLM_STAND_IN = """FROM {sidecar}
+USER root
+RUN /opt/cutover/bin/pip uninstall -y -q vllm-cutover aiohttp docker rapidfuzz scipy \\
+ && /opt/cutover/bin/python3 -c "import packaging, yaml"
+HEALTHCHECK NONE
+ENTRYPOINT []
+"""
+LAUNCH_DRY_RUN = ["vllm-cutover", "launch", "--dry-run", "--vllm-version", "0.12.0",
+                  "--compute-capability", "10.0", "--no-validate", "--"]
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.slow
+def test_vllm_production_image_puts_the_launcher_in_the_images_python(
+    docker_client: Any, cutover_images: ImageBuilder
+) -> None:
+    stand_in = "vllm-cutover-test/vllm-stand-in:latest"
+    docker_client.images.build(
+        fileobj=io.BytesIO(VLLM_STAND_IN.format(sidecar=cutover_images.sidecar()).encode()),
+        tag=stand_in, rm=True)
+    image = cutover_images.vllm_production(stand_in)
+    config = docker_client.images.get(image).attrs["Config"]
+    assert config["Entrypoint"] == ["vllm-cutover", "launch", "--"]
+    old_command = ["--model", "/models/m", "--quantization", "nvfp4", "--fp4-gemm-backend",
+                   "cutlass"]
+    output = docker_client.containers.run(
+        image, old_command, entrypoint=LAUNCH_DRY_RUN, remove=True, stdout=True, stderr=True,
+    ).decode()
+    assert "VLLM_NVFP4_GEMM_BACKEND=flashinfer-cutlass /opt/cutover/bin/python3 -m " \
+           "vllm.entrypoints.openai.api_server --model /models/m" in output, output
+    assert "--fp4-gemm-backend cutlass -> VLLM_NVFP4_GEMM_BACKEND" in output
 
 
 @pytest.mark.e2e
