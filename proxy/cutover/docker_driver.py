@@ -93,7 +93,8 @@ class DockerDriver:
             raise NotFound(what) from exc
         except docker.errors.APIError as exc:
             message = f"{what}: {exc.explanation or exc}"
-            raise (Conflict(message) if exc.status_code == 409 else DriverError(message)) from exc
+            conflict = exc.status_code == 409 or "multiple IDs" in message  # ambiguous prefix
+            raise (Conflict(message) if conflict else DriverError(message)) from exc
         except requests.exceptions.Timeout as exc:
             self.close()
             raise EngineUnavailable(f"{what}: the Docker engine did not answer within "
@@ -175,8 +176,10 @@ class DockerDriver:
 
     # -- changing ---------------------------------------------------------------------
     def create_like(self, old: ContainerInfo, plan: NewContainerPlan) -> ContainerInfo:
-        """Create, join the networks, start. A container that cannot start is removed
-        again (its error is in the message): nothing is left half-made."""
+        """Create, join the networks, start. The GPUs it will ask for are checked first:
+        inheriting the old one's request (plan.gpus None) is refused while the old one
+        runs on them. A container that cannot start is removed again (its error is in
+        the message): nothing is left half-made."""
         attrs = self._attrs(old.id)
         self._image_config(plan.image)  # NotFound with the pull/build hint
         try:

@@ -22,6 +22,7 @@ def _api_error(status: int, explanation: str) -> docker.errors.APIError:
     (docker.errors.NotFound("No such container: c"), NotFound, "^doing it$"),
     (_api_error(409, "name in use"), Conflict, "doing it: name in use"),
     (_api_error(500, "driver failed"), DriverError, "doing it: driver failed"),
+    (_api_error(400, "multiple IDs found with provided prefix: ab"), Conflict, "prefix: ab"),
     (requests.exceptions.ConnectionError("Connection refused"), EngineUnavailable,
      "refuses connections"),
     (requests.exceptions.ReadTimeout("slow"), EngineUnavailable, "doing it: the Docker engine did not answer within 120 s \\(slow\\)"),
