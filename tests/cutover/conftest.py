@@ -12,6 +12,7 @@ from proxy.cutover.control import RoutesView
 from proxy.sim.app import make_sim_app
 from proxy.sim.config import SimConfig
 from tests.cutover.fakes import FakeControl, FakeDriver
+from tests.cutover.docker_scene import driver, scene  # noqa: F401 - fixtures
 from tests.cutover.world import World, old_health_follows
 
 

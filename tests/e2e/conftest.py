@@ -1,4 +1,4 @@
-"""End-to-end fixtures: the tiny model, real vLLM CPU servers, our Docker images.
+"""End-to-end fixtures: the tiny model and real vLLM CPU servers (images: tests/conftest.py).
 
 Servers and images are session-scoped and shared: a suite that needs two or three vLLM
 servers asks `vllm_servers.start_many(...)` from its own session/module fixture, and
@@ -19,11 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.e2e import images
 from tests.e2e.tiny_model import ensure_tiny_model
 from tests.e2e.vllm_servers import VllmServerFactory
 
@@ -50,11 +48,3 @@ def vllm_servers(
     factory = VllmServerFactory(vllm_python, tmp_path_factory.mktemp("vllm-logs"))
     yield factory
     factory.close()
-
-
-@pytest.fixture(scope="session")
-def cutover_images(
-    docker_client: Any, tmp_path_factory: pytest.TempPathFactory
-) -> images.ImageBuilder:
-    """Builds our images (vllm, sim, sidecar) on first use, once per session."""
-    return images.ImageBuilder(docker_client, tmp_path_factory.mktemp("image-build"))

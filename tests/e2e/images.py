@@ -102,11 +102,19 @@ class ImageBuilder:
                 "vllm", REPO_ROOT / "images" / "vllm" / "Dockerfile", context)
         return self._built["vllm"]
 
-    def _build_small(self, name: str, dockerfile: Path) -> str:
+    def vllm_production(self, vllm_image: str) -> str:
+        """images/vllm/Dockerfile.gpu on `vllm_image` (the public vLLM image in production;
+        a stand-in with Python, packaging and PyYAML here)."""
+        return self._build_small("vllm-production",
+                                 REPO_ROOT / "images" / "vllm" / "Dockerfile.gpu",
+                                 {"VLLM_IMAGE": vllm_image})
+
+    def _build_small(self, name: str, dockerfile: Path,
+                     buildargs: dict[str, str] | None = None) -> str:
         if name not in self._built:
             context = self.work_dir / f"ctx-{name}"
             _link_tree(self._package_wheels(), context / ".whl")
-            self._built[name] = self._build(name, dockerfile, context)
+            self._built[name] = self._build(name, dockerfile, context, buildargs)
         return self._built[name]
 
     def _package_wheels(self) -> Path:
@@ -114,7 +122,8 @@ class ImageBuilder:
             self._wheels = package_wheels(self.work_dir / "pkg")
         return self._wheels
 
-    def _build(self, name: str, dockerfile: Path, context: Path) -> str:
+    def _build(self, name: str, dockerfile: Path, context: Path,
+               buildargs: dict[str, str] | None = None) -> str:
         import docker.errors
 
         try:
@@ -126,7 +135,7 @@ class ImageBuilder:
         lines: list[str] = []
         stream = self.client.api.build(
             path=str(context), dockerfile=str(dockerfile), tag=tag, rm=True, forcerm=True,
-            buildargs={"BASE_IMAGE": self.base_image}, decode=True,
+            buildargs={"BASE_IMAGE": self.base_image, **(buildargs or {})}, decode=True,
         )
         for chunk in stream:
             if "error" in chunk:

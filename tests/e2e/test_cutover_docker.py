@@ -241,3 +241,59 @@ def test_docker_unreachable_is_refused_at_start(stack: dict[str, Any]) -> None:
         assert proxy.routes()["shadow"] is None
     finally:
         proxy.stop()
+
+
+@pytest.mark.vllm
+def test_cutover_of_real_vllm_containers(docker_client: Any, cutover_images: ImageBuilder,
+                                         tiny_model: Path, tmp_path: Path) -> None:
+    """Old and new are real vLLM engines (images/vllm, CPU variant) started with a user's
+    old command, deprecated FP4 flags included; the cutover copies that configuration
+    (shm size, env, command) and promotes under 32 streaming clients with no failure."""
+    image = cutover_images.vllm(tiny_model)
+    docker_client.images.get(image).tag("vllm-cutover-test/vllm", "new")
+    tag = uuid.uuid4().hex[:8]
+    network = docker_client.networks.create(f"cutover-vllm-{tag}")
+    old = docker_client.containers.run(
+        image, ["--model", "/models/tiny", "--served-model-name", "tiny", "--port", "8000",
+                "--dtype", "bfloat16", "--max-model-len", "512", "--enforce-eager",
+                "--quantization", "nvfp4", "--fp4-gemm-backend", "cutlass"],
+        detach=True, name=f"vllm-old-{tag}", network=network.name, shm_size="1g",
+        environment={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+                     "VLLM_CPU_OMP_THREADS_BIND": "nobind"})
+    proxy = None
+    try:
+        old.reload()
+        url = f"http://{old.attrs['NetworkSettings']['Networks'][network.name]['IPAddress']}:8000"
+        deadline = time.monotonic() + 420
+        while not http_ok(url + "/health"):
+            old.reload()
+            assert old.status == "running" and time.monotonic() < deadline, old.logs(tail=40)
+            time.sleep(1)
+        proxy = CutoverProxy(tmp_path, url)
+        proxy.start()
+        with LoadThread(proxy.url, "tiny", clients=32, max_tokens=16) as load:
+            wait_count(load, 32, 120)
+            started = cutover_cli(proxy, "start", "--old", old.name, "--new-image",
+                                  "vllm-cutover-test/vllm:new", "--post-promotion", "5",
+                                  "--min-samples", "30", "--analysis-timeout", "600",
+                                  "--scale-down-delay", "1", "--shutdown-grace", "30")
+            assert started.returncode == 0, started.stderr
+            done = proxy.wait_phase(["done"], 900)
+            result = load.stop()
+        _no_failure(result)
+        (new,) = _ours(docker_client, old)
+        attrs = new.attrs
+        assert attrs["HostConfig"]["ShmSize"] == 1024 ** 3
+        assert "VLLM_CPU_KVCACHE_SPACE=1" in attrs["Config"]["Env"]
+        assert "--fp4-gemm-backend" in attrs["Args"] or "--fp4-gemm-backend" in \
+            (attrs["Config"]["Cmd"] or [])
+        assert done["verdict"] == "pass"
+        old.reload()
+        assert old.status == "exited"
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        for container in _ours(docker_client, old):
+            container.remove(force=True)
+        old.remove(force=True)
+        network.remove()

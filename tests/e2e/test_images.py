@@ -5,17 +5,19 @@ the launcher to a completion.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import shutil
 import subprocess
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.images import ImageBuilder
 from tests.e2e.resources import skip_or_fail
@@ -26,19 +28,53 @@ CONTAINER_READY_TIMEOUT_S = 420.0
 ADMIN_TOKEN = "image-test-admin-token"
 
 
-@pytest.mark.e2e
-@pytest.mark.docker
-def test_compose_example_is_valid() -> None:
+COMPOSE_ENV = {"DOCKER_GID": "105", "VLLM_CUTOVER_ADMIN_TOKEN": "compose-test-token"}
+
+
+def _compose_config(name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     if shutil.which("docker-compose") is None:
         skip_or_fail("docker-compose is not installed")
-    done = subprocess.run(
-        ["docker-compose", "-f", str(REPO_ROOT / "compose" / "docker-compose.yml"), "config"],
+    return subprocess.run(
+        ["docker-compose", "-f", str(REPO_ROOT / "compose" / name), "config"],
         capture_output=True, text=True, timeout=60, check=False,
+        env={"PATH": os.environ["PATH"], **env},
     )
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.parametrize(("name", "services"), [
+    ("docker-compose.yml", ("old-vllm", "new-vllm", "sidecar")),
+    ("production.yml", ("old-vllm", "new-vllm", "sidecar", "prometheus", "grafana")),
+])
+def test_compose_stacks_are_valid(name: str, services: tuple[str, ...]) -> None:
+    done = _compose_config(name, COMPOSE_ENV)
     assert done.returncode == 0, done.stderr
-    for service in ("old-vllm:", "new-vllm:", "sidecar:"):
-        assert service in done.stdout
-    assert "shm_size" in done.stdout
+    config = yaml.safe_load(done.stdout)
+    assert set(config["services"]) == set(services)
+    sidecar = config["services"]["sidecar"]
+    assert sidecar["group_add"] == ["105"]
+    mounts = [(v["source"], v["target"]) if isinstance(v, dict) else tuple(v.split(":")[:2])
+              for v in sidecar["volumes"]]  # compose v2 writes dicts, 1.29 "src:dst:rw"
+    assert ("/var/run/docker.sock", "/var/run/docker.sock") in mounts
+    command = sidecar["command"]
+    assert command[command.index("--driver") + 1] == "docker" and "--shadow" not in command
+    for engine in ("old-vllm", "new-vllm"):
+        service = config["services"][engine]
+        assert service.get("shm_size") or service.get("ipc") == "host", service
+    if name == "production.yml":
+        gpus = [config["services"][e]["deploy"]["resources"]["reservations"]["devices"][0]
+                for e in ("old-vllm", "new-vllm")]
+        assert [g["device_ids"] for g in gpus] == [["0"], ["1"]]  # blue-green: one GPU each
+        assert config["services"]["new-vllm"]["profiles"] == ["adopt"]
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+def test_compose_stacks_ask_for_the_socket_group() -> None:
+    done = _compose_config("production.yml", {"VLLM_CUTOVER_ADMIN_TOKEN": "t"})
+    assert done.returncode != 0
+    assert "DOCKER_GID=$(stat -c %g /var/run/docker.sock)" in done.stderr
 
 
 def _run_help(client: Any, image: str) -> str:
@@ -52,6 +88,40 @@ def _run_help(client: Any, image: str) -> str:
 def test_sidecar_image_runs_the_proxy(docker_client: Any, cutover_images: ImageBuilder) -> None:
     text = _run_help(docker_client, cutover_images.sidecar())
     assert "--primary" in text and "--shadow" in text
+
+
+DRIVER_PROBE = ("import os; from proxy.cutover.docker_driver import DockerDriver; "
+                "print(os.getuid(), DockerDriver().image_exists(os.environ['IMAGE']))")
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.slow
+def test_sidecar_image_needs_only_the_socket_group(
+    docker_client: Any, cutover_images: ImageBuilder
+) -> None:
+    """Non-root: the Docker socket answers with its group added, and without it the
+    driver says what to add."""
+    image = cutover_images.sidecar()
+    config = docker_client.images.get(image).attrs["Config"]
+    assert config["User"] == "cutover" and "python3" in config["Healthcheck"]["Test"]
+    socket_gid = os.stat("/var/run/docker.sock").st_gid
+    run = {"entrypoint": ["python3", "-c", DRIVER_PROBE], "environment": {"IMAGE": image},
+           "volumes": {"/var/run/docker.sock": {"bind": "/var/run/docker.sock"}},
+           "stdout": True, "stderr": True}
+    output = docker_client.containers.run(image, remove=True, group_add=[str(socket_gid)],
+                                          **run)
+    assert output.decode().split() == ["10001", "True"]
+    if socket_gid == 0 or os.stat("/var/run/docker.sock").st_mode & 0o006:
+        return  # a socket open to everyone (or to root's group only) needs no group
+    container = docker_client.containers.run(image, detach=True, **run)
+    try:
+        assert container.wait(timeout=60)["StatusCode"] != 0
+        logs = container.logs().decode()
+    finally:
+        container.remove(force=True)
+    assert "permission denied on the Docker socket /var/run/docker.sock" in logs, logs
+    assert "--group-add $(stat -c %g /var/run/docker.sock)" in logs
 
 
 @pytest.mark.e2e
@@ -93,11 +163,23 @@ def test_sidecar_image_mirrors_through_its_capture_worker(
         metrics = _admin_get(admin + "/metrics", raw=True)
         assert 'vllm_cutover_comparisons_total{against="shadow",deterministic="true",' \
                'outcome="match"} 1.0' in metrics
+        _wait_healthy(proxy, timeout_s=90)  # the image's HEALTHCHECK, through its admin port
     finally:
         for container in container_cleanup:
             container.remove(force=True)
         container_cleanup.clear()
         network.remove()
+
+
+def _wait_healthy(container: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        container.reload()
+        health = container.attrs["State"]["Health"]
+        if health["Status"] == "healthy":
+            return
+        assert time.monotonic() < deadline, health
+        time.sleep(1.0)
 
 
 def _admin_get(url: str, raw: bool = False) -> Any:
@@ -121,14 +203,6 @@ def test_sim_image_serves_completions(
     assert len(answer["choices"][0]["token_ids"]) == 4
 
 
-@pytest.fixture
-def container_cleanup(docker_client: Any) -> Iterator[list[Any]]:
-    containers: list[Any] = []
-    yield containers
-    for container in containers:
-        container.remove(force=True)
-
-
 def _start_published(
     client: Any, image: str, command: list[str], cleanup: list[Any], *,
     ready_timeout_s: float, extra_ports: dict[str, Any] | None = None, **run_kwargs: Any,
@@ -150,6 +224,42 @@ def _start_published(
             return url
         time.sleep(1.0)
     raise AssertionError(f"container not ready after {ready_timeout_s:.0f} s")
+
+
+# Stands in for the public vLLM image: a Python with pip, packaging and PyYAML (vLLM's own
+# dependencies), and none of ours (no aiohttp, docker, scipy...).
+VLLM_STAND_IN = """FROM {sidecar}
+USER root
+RUN /opt/cutover/bin/pip uninstall -y -q vllm-cutover aiohttp docker rapidfuzz scipy \\
+ && /opt/cutover/bin/python3 -c "import packaging, yaml"
+HEALTHCHECK NONE
+ENTRYPOINT []
+"""
+LAUNCH_DRY_RUN = ["vllm-cutover", "launch", "--dry-run", "--vllm-version", "0.12.0",
+                  "--compute-capability", "10.0", "--no-validate", "--"]
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.slow
+def test_vllm_production_image_puts_the_launcher_in_the_images_python(
+    docker_client: Any, cutover_images: ImageBuilder
+) -> None:
+    stand_in = "vllm-cutover-test/vllm-stand-in:latest"
+    docker_client.images.build(
+        fileobj=io.BytesIO(VLLM_STAND_IN.format(sidecar=cutover_images.sidecar()).encode()),
+        tag=stand_in, rm=True)
+    image = cutover_images.vllm_production(stand_in)
+    config = docker_client.images.get(image).attrs["Config"]
+    assert config["Entrypoint"] == ["vllm-cutover", "launch", "--"]
+    old_command = ["--model", "/models/m", "--quantization", "nvfp4", "--fp4-gemm-backend",
+                   "cutlass"]
+    output = docker_client.containers.run(
+        image, old_command, entrypoint=LAUNCH_DRY_RUN, remove=True, stdout=True, stderr=True,
+    ).decode()
+    assert "VLLM_NVFP4_GEMM_BACKEND=flashinfer-cutlass /opt/cutover/bin/python3 -m " \
+           "vllm.entrypoints.openai.api_server --model /models/m" in output, output
+    assert "--fp4-gemm-backend cutlass -> VLLM_NVFP4_GEMM_BACKEND" in output
 
 
 @pytest.mark.e2e
