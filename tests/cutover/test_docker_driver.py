@@ -22,7 +22,7 @@ from proxy.cutover.driver import (
     NewContainerPlan,
     NotFound,
 )
-from tests.cutover.conftest import (
+from tests.cutover.docker_scene import (
     NEW_IMAGE_CMD,
     NEW_VERSION,
     OLD_COMMAND,

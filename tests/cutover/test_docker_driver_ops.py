@@ -17,7 +17,7 @@ import pytest
 from proxy.cutover.docker_driver import DockerDriver
 from proxy.cutover.driver import DriverError, EngineUnavailable, NotFound
 from proxy.cutover.gpus import HostGpu
-from tests.cutover.conftest import DockerScene, published_url, wait_http
+from tests.cutover.docker_scene import DockerScene, published_url, wait_http
 from tests.e2e.images import TAG_PREFIX
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
