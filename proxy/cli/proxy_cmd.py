@@ -136,9 +136,11 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
 
 
 def _state_file(given: str | None, db: str) -> str | None:
+    from proxy.mirror.config import default_state_file
+
     if given is not None:
         return given or None
-    return None if db == ":memory:" else f"{db}.state.json"
+    return default_state_file(db)
 
 
 def _run(args: argparse.Namespace) -> int:

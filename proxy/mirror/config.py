@@ -22,6 +22,11 @@ class ConfigError(ValueError):
     """A setting that cannot work; the message quotes the bad value."""
 
 
+def default_state_file(db_path: str) -> str | None:
+    """Where the proxy keeps its state beside a records file (none beside an in-memory db)."""
+    return None if db_path == ":memory:" else f"{db_path}.state.json"
+
+
 def normalize_backend_url(url: str, what: str = "backend URL") -> str:
     """Return `url` without a trailing slash; reject anything but http(s)://host[:port][/path]."""
     parts = urlsplit(url.strip())
