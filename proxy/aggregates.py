@@ -153,33 +153,43 @@ def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
 # `noise` (1: its baseline comparison is old-vs-old noise that counts).
 _ALL = ("WITH w AS (SELECT id, deterministic AS det, stream, extra, 0 AS promoted,"
         " 1 AS noise FROM exchange)")
-_WINDOW = """WITH u AS (
+# A window is selected once into a temporary table (each record's URLs are read from its
+# JSON once, not once per query); temporary tables work on read-only connections too.
+_WINDOW_TABLE = ("CREATE TEMP TABLE IF NOT EXISTS window_scope (id INTEGER PRIMARY KEY,"
+                 " det INTEGER, stream INTEGER, extra TEXT, promoted INTEGER, noise INTEGER)")
+_WINDOW_SELECT = """INSERT INTO temp.window_scope
+WITH u AS (
     SELECT id, deterministic AS det, stream, extra,
            json_extract(extra, '$.urls.primary') AS p, json_extract(extra, '$.urls.shadow') AS s,
            json_extract(extra, '$.urls.baseline') AS b
-    FROM exchange WHERE started_unix >= :since),
-w AS (SELECT id, det, stream, extra, p = :new AS promoted,
-             :baseline IS NOT NULL AND p = :old AND b IS :baseline AS noise
-      FROM u WHERE (p = :old AND s = :new) OR (p = :new AND s = :old))"""
+    FROM exchange WHERE started_unix >= :since)
+SELECT id, det, stream, extra, p = :new, :baseline IS NOT NULL AND p = :old AND b IS :baseline
+FROM u WHERE (p = :old AND s = :new) OR (p = :new AND s = :old)"""
+_WINDOW = "WITH w AS (SELECT * FROM temp.window_scope)"
 # A capture's version as VERSION_ROLES names it.
 _VERSION = ("CASE WHEN c.role = 'baseline' THEN 'baseline'"
             " WHEN (c.role = 'primary') != w.promoted THEN 'primary' ELSE 'shadow' END")
 _COUNTED = "(c.role != 'baseline' OR w.noise)"
 
 
-def _scope(window: EvidenceWindow | None) -> tuple[str, dict[str, Any]]:
+def _scope(db: sqlite3.Connection, window: EvidenceWindow | None) -> str:
+    """The `w` the queries read: every record, or `window`'s (selected now)."""
     if window is None:
-        return _ALL, {}
-    return _WINDOW, {"since": window.since_unix, "old": window.old_url,
-                     "new": window.new_url, "baseline": window.baseline_url}
+        return _ALL
+    with db:  # ends the implicit transaction: no read snapshot is held afterwards
+        db.execute(_WINDOW_TABLE)
+        db.execute("DELETE FROM temp.window_scope")
+        db.execute(_WINDOW_SELECT, {"since": window.since_unix, "old": window.old_url,
+                                    "new": window.new_url, "baseline": window.baseline_url})
+    return _WINDOW
 
 
 def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = None,
                      latency_window: int = 5000) -> StoreAggregates:
     """Counts over the records in scope (all, or `window`'s); latency samples from the
     newest `latency_window` of them."""
-    scope, params = _scope(window)
-    params = {**params, "latency_window": latency_window}
+    scope = _scope(db, window)
+    params = {"latency_window": latency_window}
     comparisons = db.execute(
         f"{scope} SELECT c.against, c.outcome, w.det, COALESCE(c.close_match, 0), COUNT(*)"
         " FROM comparison c JOIN w ON w.id = c.exchange_id"
@@ -211,6 +221,6 @@ def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = Non
 def window_members(db: sqlite3.Connection,
                    window: EvidenceWindow) -> dict[int, tuple[bool, bool]]:
     """Row id -> (promoted, baseline counts as noise) of every record in `window`."""
-    scope, params = _scope(window)
-    rows = db.execute(f"{scope} SELECT id, promoted, noise FROM w", params).fetchall()
+    scope = _scope(db, window)
+    rows = db.execute(f"{scope} SELECT id, promoted, noise FROM w").fetchall()
     return {int(i): (bool(promoted), bool(noise)) for i, promoted, noise in rows}
