@@ -17,12 +17,19 @@ import sqlite3
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, TypeVar
 
-from proxy.compare.gate import GateInputs, MatchCounts
+from proxy.aggregates import (
+    PairCounts,
+    RoleCounts,
+    StoreAggregates,
+    query_aggregates,
+    window_members,
+)
 from proxy.compare.stats import LatencySamples
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
+from proxy.cutover.control import EvidenceWindow
 
 __all__ = ["LatencySamples", "PairCounts", "RecordStore", "RoleCounts", "SqliteStore",
            "StoreAggregates"]
@@ -46,6 +53,7 @@ CREATE TABLE IF NOT EXISTS comparison (
     exact_match INTEGER NOT NULL, first_divergence INTEGER, edit_distance INTEGER,
     length_delta INTEGER, finish_reason_match INTEGER, close_match INTEGER, reason TEXT NOT NULL,
     basis TEXT NOT NULL, PRIMARY KEY (exchange_id, against));
+CREATE INDEX IF NOT EXISTS exchange_started ON exchange (started_unix);
 """
 
 
@@ -55,129 +63,6 @@ def _opt_bool(value: bool | None) -> int | None:
 
 def _from_opt_bool(value: int | None) -> bool | None:
     return None if value is None else bool(value)
-
-
-@dataclass(frozen=True)
-class PairCounts:
-    """Comparisons of one side (shadow or baseline) with the primary."""
-
-    compared: int = 0  # deterministic requests with a token verdict (match or diverged)
-    diverged: int = 0
-    close: int = 0  # diverged, but within vLLM's top-k closeness rule
-    not_comparable: int = 0
-    errors: int = 0
-    sampled: int = 0  # non-deterministic: compared only as distributions
-    first_divergence: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class RoleCounts:
-    """Outcomes of one role's requests."""
-
-    requests: int = 0
-    errors: int = 0
-    cancelled: int = 0
-    finish_reasons: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StoreAggregates:
-    """What the gate and the report need, summed over the kept records."""
-
-    records: int
-    shadow: PairCounts
-    baseline: PairCounts | None  # None: no baseline comparison was ever recorded
-    latency: dict[str, LatencySamples]
-    roles: dict[str, RoleCounts]
-
-    def gate_inputs(self) -> GateInputs:
-        """What `proxy.compare.gate.evaluate` judges (cancelled requests left out)."""
-        baseline = self.baseline
-        return GateInputs(
-            new_vs_old=MatchCounts(self.shadow.compared, self.shadow.diverged),
-            baseline_vs_old=MatchCounts(baseline.compared, baseline.diverged)
-            if baseline is not None else None,
-            latency=self.latency,
-            requests={r: c.requests - c.cancelled for r, c in self.roles.items()},
-            errors={r: c.errors for r, c in self.roles.items()},
-        )
-
-    def as_json(self) -> dict[str, Any]:
-        def pair(p: PairCounts) -> dict[str, Any]:
-            out = asdict(p)
-            del out["first_divergence"]
-            return out
-
-        return {
-            "records": self.records,
-            "shadow": pair(self.shadow),
-            "baseline": pair(self.baseline) if self.baseline else None,
-            "latency_samples": {r: {"ttft": len(s.ttft_s), "tpot": len(s.tpot_s),
-                                    "e2e": len(s.e2e_s)} for r, s in self.latency.items()},
-            "roles": {r: asdict(c) for r, c in self.roles.items()},
-        }
-
-
-def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
-                   first_divergences: Sequence[tuple[str, int]],
-                   captures: Sequence[tuple[Any, ...]], latency: Sequence[tuple[Any, ...]],
-                   max_itl_samples: int = 20_000) -> StoreAggregates:
-    """Fold the grouped rows of `SqliteStore.aggregates` into `StoreAggregates`."""
-    pairs: dict[str, dict[str, Any]] = {}
-    for against, outcome, det, close, count in comparisons:
-        p = pairs.setdefault(against, {"compared": 0, "diverged": 0, "close": 0,
-                                       "not_comparable": 0, "errors": 0, "sampled": 0,
-                                       "first_divergence": []})
-        if outcome == "error":
-            p["errors"] += count
-        elif not det:
-            p["sampled"] += count
-        elif outcome == "not_comparable":
-            p["not_comparable"] += count
-        else:
-            p["compared"] += count
-            if outcome == "diverged":
-                p["diverged"] += count
-                p["close"] += count if close else 0
-    for against, first in first_divergences:
-        if against in pairs:
-            pairs[against]["first_divergence"].append(first)
-    made = {k: PairCounts(**{**v, "first_divergence": tuple(v["first_divergence"])})
-            for k, v in pairs.items()}
-    roles: dict[str, dict[str, Any]] = {}
-    for role, cancelled, failed, finish, count in captures:
-        r = roles.setdefault(role, {"requests": 0, "errors": 0, "cancelled": 0,
-                                    "finish_reasons": {}})
-        r["requests"] += count
-        if cancelled:
-            r["cancelled"] += count
-        elif failed:
-            r["errors"] += count
-        if finish is not None:
-            r["finish_reasons"][finish] = r["finish_reasons"].get(finish, 0) + count
-    samples: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {}
-    itl_left = max_itl_samples
-    for role, ttft, e2e, tokens, itl_blob, streamed in reversed(latency):
-        ttfts, tpots, itls, e2es = samples.setdefault(role, ([], [], [], []))
-        e2es.append(e2e)
-        if not streamed or ttft is None:
-            continue
-        ttfts.append(ttft)
-        if tokens is not None and tokens > 1:
-            tpots.append((e2e - ttft) / (tokens - 1))
-        if itl_blob and itl_left > 0:
-            gaps = array("f")
-            gaps.frombytes(itl_blob)
-            itls.extend(gaps[:itl_left])
-            itl_left -= len(gaps)
-    return StoreAggregates(
-        records=records,
-        shadow=made.get("shadow", PairCounts()),
-        baseline=made.get("baseline"),
-        latency={r: LatencySamples(ttft_s=tuple(a), tpot_s=tuple(b), itl_s=tuple(c),
-                                   e2e_s=tuple(d)) for r, (a, b, c, d) in samples.items()},
-        roles={r: RoleCounts(**v) for r, v in roles.items()},
-    )
 
 
 class SqliteStore:
@@ -308,34 +193,16 @@ class SqliteStore:
         return ExchangeRecord(request_id=request_id, started_unix=started, meta=meta,
                               captures=tuple(captures), comparisons=comparisons, extra=extra)
 
-    def aggregates(self, latency_window: int = 5000) -> StoreAggregates:
-        """Counts over all kept rows; latency samples from the newest `latency_window` rows.
+    def aggregates(self, latency_window: int = 5000,
+                   window: EvidenceWindow | None = None) -> StoreAggregates:
+        """Counts over all kept rows, or over the cutover evidence `window` (labelled by
+        version: see `proxy.aggregates`); latency samples from the newest
+        `latency_window` rows of them."""
+        return query_aggregates(self._db, window, latency_window)
 
-        Counting is done by SQLite (GROUP BY): it releases the GIL, Python loops would not.
-        """
-        db = self._db
-        comparisons = db.execute(
-            "SELECT c.against, c.outcome, e.deterministic, COALESCE(c.close_match, 0), COUNT(*)"
-            " FROM comparison c JOIN exchange e ON e.id = c.exchange_id"
-            " GROUP BY 1, 2, 3, 4").fetchall()
-        first_divergences = db.execute(
-            "SELECT c.against, c.first_divergence FROM comparison c"
-            " JOIN exchange e ON e.id = c.exchange_id WHERE c.outcome = 'diverged'"
-            " AND e.deterministic = 1 AND c.first_divergence IS NOT NULL"
-            " ORDER BY c.exchange_id").fetchall()
-        captures = db.execute(
-            "SELECT role, cancelled, (error IS NOT NULL OR status IS NULL OR status >= 400),"
-            " finish_reason, COUNT(*) FROM capture GROUP BY 1, 2, 3, 4").fetchall()
-        # Per-token timing only exists for streamed answers (unstreamed: TTFT == E2E).
-        latency = db.execute(
-            "SELECT c.role, c.ttft_s, c.e2e_s, c.output_tokens, c.itl_s,"
-            " e.stream AND (c.role != 'baseline' OR"
-            " COALESCE(json_extract(e.extra, '$.baseline_streamed'), 1))"
-            " FROM capture c JOIN exchange e ON e.id = c.exchange_id"
-            " WHERE c.exchange_id > (SELECT COALESCE(MAX(id), 0) FROM exchange) - ?"
-            " AND c.error IS NULL AND c.cancelled = 0 AND c.e2e_s IS NOT NULL",
-            (latency_window,)).fetchall()
-        return aggregate_rows(self.count(), comparisons, first_divergences, captures, latency)
+    def window_members(self, window: EvidenceWindow) -> dict[int, tuple[bool, bool]]:
+        """Row id -> (promoted, baseline is noise) of each record in `window`."""
+        return window_members(self._db, window)
 
 
 def records_page(store: SqliteStore, after_id: int, limit: int) -> list[dict[str, Any]]:

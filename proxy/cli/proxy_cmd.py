@@ -26,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8080, help="client port (default %(default)s)")
     p.add_argument("--host", default="0.0.0.0", help="client address (default %(default)s)")
     p.add_argument("--primary", required=True, metavar="URL", help="backend serving clients")
-    p.add_argument("--shadow", required=True, metavar="URL", help="backend mirrored to")
+    p.add_argument("--shadow", metavar="URL",
+                   help="backend mirrored to (none: serve from the primary alone, e.g. "
+                        "before a cutover adds one)")
     p.add_argument("--baseline", metavar="URL",
                    help="second copy of the primary's version: measures old-vs-old noise")
     p.add_argument("--baseline-stream", action="store_true",
@@ -48,6 +50,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="request body limit; larger bodies get a 413 (default %(default)s)")
     p.add_argument("--db", default=":memory:", metavar="PATH",
                    help="SQLite file for records (default: in memory, lost on exit)")
+    p.add_argument("--state-file", metavar="PATH",
+                   help="routes (and the cutover) persisted here and restored at start, "
+                        "where they win over --primary/--shadow/--baseline (default: "
+                        "DB.state.json beside a --db file; none with the in-memory db; '' "
+                        "for none)")
+    p.add_argument("--reset-routes", action="store_true",
+                   help="serve the command line's routes even when the state file has "
+                        "others (they are then persisted over them)")
     p.add_argument("--retention", type=int, default=100_000, metavar="N",
                    help="keep at most N records (default %(default)s)")
     p.add_argument("--store-text", action="store_true",
@@ -120,7 +130,17 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         capture_worker=not args.capture_in_process,
         worker_cpus=args.worker_cpus,
         worker_priority=args.worker_priority,
+        state_file=_state_file(args.state_file, args.db),
+        reset_routes=args.reset_routes,
     )
+
+
+def _state_file(given: str | None, db: str) -> str | None:
+    from proxy.mirror.config import default_state_file
+
+    if given is not None:
+        return given or None
+    return default_state_file(db)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -130,9 +150,14 @@ def _run(args: argparse.Namespace) -> int:
         print(f"vllm-cutover proxy: {exc}", file=sys.stderr)
         return 2
     from proxy.mirror.server import run
+    from proxy.statefile import StateFileError
 
     try:
         run(config)
+    except StateFileError as exc:
+        print(f"vllm-cutover proxy: {exc} (fix or move it, or start with --state-file '' "
+              "to ignore it)", file=sys.stderr)
+        return 2
     except OSError as exc:  # port in use, address not available, database not writable
         print(f"vllm-cutover proxy: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import TYPE_CHECKING
 
 from proxy.cli.gate_args import add_gate_arguments, gate_criteria
+
+if TYPE_CHECKING:
+    from proxy.cutover.control import EvidenceWindow
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,17 +26,67 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--db", required=True, metavar="PATH", help="the proxy's SQLite file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--html", metavar="OUT.html", help="also write the offline HTML report")
+    window = parser.add_argument_group(
+        "one cutover's evidence (records since its start between exactly its old and new "
+        "versions, labelled old/new whichever served clients)")
+    window.add_argument("--since", type=float, metavar="UNIX", help="the cutover's start")
+    window.add_argument("--old-url", metavar="URL", help="the old version's backend URL")
+    window.add_argument("--new-url", metavar="URL", help="the new version's backend URL")
+    window.add_argument("--baseline-url", metavar="URL",
+                        help="the old version's second copy (old-vs-old noise)")
+    window.add_argument("--state-file", metavar="PATH",
+                        help="read the window from the proxy's state file (its cutover)")
     add_gate_arguments(parser, "promotion gate (same criteria as the proxy's)")
     parser.set_defaults(func=_run)
 
 
+def _window(args: argparse.Namespace) -> EvidenceWindow | None:
+    """The evidence window the arguments name (None: every record); ValueError quoting."""
+    from proxy.cutover.control import EvidenceWindow
+    from proxy.mirror.config import normalize_backend_url
+
+    given = {"--since": args.since, "--old-url": args.old_url, "--new-url": args.new_url,
+             "--baseline-url": args.baseline_url}
+    named = [flag for flag, value in given.items() if value is not None]
+    if args.state_file is not None:
+        if named:
+            raise ValueError(f"--state-file gives the window: leave out {', '.join(named)}")
+        return window_from_state(args.state_file)
+    if not named:
+        return None
+    missing = [flag for flag in ("--since", "--old-url", "--new-url") if given[flag] is None]
+    if missing:
+        raise ValueError(f"a cutover's evidence needs {', '.join(missing)} too")
+    return EvidenceWindow(
+        args.since, normalize_backend_url(args.old_url, "--old-url"),
+        normalize_backend_url(args.new_url, "--new-url"),
+        normalize_backend_url(args.baseline_url, "--baseline-url")
+        if args.baseline_url is not None else None)
+
+
+def window_from_state(path: str) -> EvidenceWindow:
+    """The window of the cutover in the proxy's state file (section "cutover", its
+    "evidence" entry as `EvidenceWindow.to_json()` writes it)."""
+    from proxy.cutover.control import EvidenceWindow
+    from proxy.statefile import StateFile
+
+    if not os.path.isfile(path):
+        raise ValueError(f"no such state file: {path!r}")
+    cutover = StateFile(path).get("cutover")
+    if not isinstance(cutover, dict) or "evidence" not in cutover:
+        raise ValueError(f"state file {path!r} holds no cutover with its evidence window")
+    return EvidenceWindow.from_json(cutover["evidence"])
+
+
 def _run(args: argparse.Namespace) -> int:
     from proxy.report.build import ReportInputError, write_report
+    from proxy.statefile import StateFileError
 
     try:
         criteria = gate_criteria(args)
-        rendered = write_report(args.db, as_json=args.json, html_path=args.html, criteria=criteria)
-    except (ReportInputError, ValueError, OSError) as exc:
+        rendered = write_report(args.db, as_json=args.json, html_path=args.html,
+                                criteria=criteria, window=_window(args))
+    except (ReportInputError, StateFileError, ValueError, OSError) as exc:
         print(f"vllm-cutover report: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(rendered)

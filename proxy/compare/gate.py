@@ -10,7 +10,7 @@ Old = primary, new = shadow. Checks, each pass, fail or inconclusive:
   when a one-sided Mann-Whitney U test says new is slower (p < alpha, effect >= minimum);
 - output lengths: new vs old distribution (all requests, sampled ones included): fails on a
   significant shift larger than the limit;
-- errors: shadow error rate against primary's plus an allowance (fail needs the lower bound over).
+- errors: new error rate against old's plus an allowance (fail needs the lower bound over).
 """
 
 from __future__ import annotations
@@ -238,11 +238,11 @@ def _check_errors(inputs: GateInputs, c: GateCriteria, details: dict[str, Any]) 
     details["errors"] = {"new": {"requests": n_new, "errors": e_new},
                          "old": {"requests": n_old, "errors": e_old}, "limit": limit}
     if n_new == 0:
-        return _Check("inconclusive", "no shadow requests completed")
+        return _Check("inconclusive", "no requests of the new version completed")
     e_new = min(e_new, n_new)
     rate_new = e_new / n_new
     low, _ = wilson_interval(e_new, n_new, c.confidence)
-    text = f"shadow error rate {rate_new:.3f} ({e_new}/{n_new}) vs limit {limit:.3f}"
+    text = f"new error rate {rate_new:.3f} ({e_new}/{n_new}) vs limit {limit:.3f}"
     if low > limit:
         return _Check("fail", text)
     if rate_new <= limit:

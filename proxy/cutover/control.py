@@ -7,7 +7,7 @@ implementation (`proxy.mirror.control`) acts on its own router and evidence.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
 
@@ -34,6 +34,24 @@ class EvidenceWindow:
     old_url: str
     new_url: str
     baseline_url: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> EvidenceWindow:
+        """From `to_json()`'s form; ValueError quoting what does not fit."""
+        fields = data if isinstance(data, Mapping) else {}
+        since, old, new = fields.get("since_unix"), fields.get("old_url"), fields.get("new_url")
+        baseline = fields.get("baseline_url")
+        if (not isinstance(since, (int, float)) or isinstance(since, bool)
+                or not isinstance(old, str) or not isinstance(new, str)
+                or not isinstance(baseline, (str, type(None)))):
+            # ValueError, like every other bad value read from a file or a request.
+            raise ValueError(  # noqa: TRY004
+                "an evidence window is an object with since_unix (a number), old_url and "
+                f"new_url (URLs), baseline_url (a URL or null); got {data!r}")
+        return cls(float(since), old, new, baseline)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from proxy.demo.processes import (
     wait_http,
 )
 from proxy.demo.traffic import DemoRequest, answer_text, demo_requests, fetch, send_all
+from proxy.mirror.config import default_state_file
 
 Scenario = Literal["regression", "healthy"]
 MODEL = "demo/Llama-3.1-8B-Instruct-FP4"
@@ -241,8 +242,9 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
     os.makedirs(out_dir, exist_ok=True)
     db_path, html_path = os.path.join(out_dir, "records.db"), os.path.join(out_dir, "report.html")
     log_dir = Path(out_dir) / "logs"
-    if os.path.exists(db_path):
-        os.remove(db_path)
+    for stale in (db_path, default_state_file(db_path)):  # a fresh story: no old routes
+        if stale is not None and os.path.exists(stale):
+            os.remove(stale)
     launcher = start_launcher_dry_run() if config.launcher else None
     children: list[Child] = []
     try:

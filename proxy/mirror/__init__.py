@@ -4,6 +4,7 @@ config (typed settings) -> app (factory, handler, lifecycle) -> relay (primary p
 aiohttp server, body written from the upstream socket) and exchange (one mirrored
 request: shadow.fetch_capture, token ids, compare, record); http1 (the lean upstream
 client both lanes use); routing (run-time routes, pools per lane), admin (routes,
-swap, gate, stats, records, /metrics), verdict (gate off the loop), tasks (background
-tasks), server (listeners, signals, graceful shutdown).
+swap, gate, stats, records, /metrics), route_state (routes as JSON, persisted and
+restored), control (what a cutover acts through), verdict (gate off the loop), tasks
+(background tasks), server (listeners, signals, graceful shutdown).
 """

@@ -16,17 +16,20 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.cutover.control import RouteConflict
 from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.mirror.app import (
     CONFIG_KEY,
+    CONTROL_KEY,
     EVIDENCE_KEY,
     METRICS_KEY,
     MIRROR_KEY,
     ROUTER_KEY,
     TASKS_KEY,
 )
-from proxy.mirror.config import ConfigError, RouteConfig
+from proxy.mirror.control import MirrorControl
 from proxy.mirror.remote import RemoteMirror, WorkerUnavailable
+from proxy.mirror.route_state import ROUTE_KEYS, routes_from_json
 
 log = logging.getLogger(__name__)
 
@@ -62,40 +65,90 @@ def _authorized(request: web.Request) -> web.Response | None:
 
 
 async def get_routes(request: web.Request) -> web.Response:
-    return _json(_main(request)[ROUTER_KEY].routes.as_json())
+    routes = _main(request)[ROUTER_KEY].routes
+    response = _json(routes.as_json())
+    response.headers["ETag"] = f'"{routes.version}"'  # If-Match takes it back
+    return response
 
 
-async def put_routes(request: web.Request) -> web.Response:
-    if (denied := _authorized(request)) is not None:
-        return denied
+def _expected_version(request: web.Request, body: dict[str, Any]) -> int | None:
+    """The version a change is conditional on: `expect_version` in the body or an
+    `If-Match: N` header (None: unconditional). ValueError quoting a bad value."""
+    found: list[int] = []
+    if "expect_version" in body:
+        value = body["expect_version"]
+        if type(value) is not int or value < 0:
+            raise ValueError(f"expect_version must be an integer >= 0, got {value!r}")
+        found.append(value)
+    header = request.headers.get("If-Match")
+    if header is not None and header.strip() != "*":
+        text = header.strip().removeprefix("W/").strip('"')
+        if not text.isdigit():
+            raise ValueError(f"If-Match must be a routes version like \"3\", got {header!r}")
+        found.append(int(text))
+    if len(set(found)) > 1:
+        raise ValueError(f"expect_version {found[0]} and If-Match {found[1]} disagree")
+    return found[0] if found else None
+
+
+async def _json_object(request: web.Request, allowed: set[str],
+                       required: bool = True) -> dict[str, Any]:
+    """The request's JSON object (empty when optional and absent); ValueError quoting it."""
+    if not required and not request.can_read_body:
+        return {}
     try:
         body = await request.json()
     except ValueError:
-        return _error(400, "body must be JSON like {\"primary\": URL, \"shadow\": URL|null}")
-    if not isinstance(body, dict) or not set(body) <= {"primary", "shadow", "baseline"}:
-        return _error(400, f"expected keys primary/shadow/baseline, got {body!r}")
-    main = _main(request)
-    router = main[ROUTER_KEY]
-    current = asdict(router.routes.as_config())
-    current.update(body)
+        raise ValueError("body must be JSON like {\"primary\": URL, \"shadow\": URL|null, "
+                         "\"expect_version\": N}") from None
+    if not isinstance(body, dict) or not set(body) <= allowed:
+        raise ValueError(f"expected a JSON object with keys among {sorted(allowed)}, "
+                         f"got {body!r}")
+    return body
+
+
+def _conflict(exc: RouteConflict, control: MirrorControl) -> web.Response:
+    return _json({"error": {"message": str(exc), "type": "vllm_cutover_admin_error"},
+                  "routes": asdict(control.routes())}, 409)
+
+
+async def put_routes(request: web.Request) -> web.Response:
+    """Change some routes (keys left out stay); compare-and-set with `expect_version`."""
+    if (denied := _authorized(request)) is not None:
+        return denied
+    control = _main(request)[CONTROL_KEY]
     try:
-        routes = router.replace(RouteConfig(**current))
-    except (ConfigError, TypeError) as exc:
+        body = await _json_object(request, {*ROUTE_KEYS, "expect_version"})
+        expect = _expected_version(request, body)
+        routes = routes_from_json(body, _main(request)[ROUTER_KEY].routes.as_config())
+        return _json(asdict(control.set_routes(routes.primary, routes.shadow,
+                                               routes.baseline, expect)))
+    except RouteConflict as exc:
+        return _conflict(exc, control)
+    except ValueError as exc:  # ConfigError included
         return _error(400, str(exc))
-    main[METRICS_KEY].route_version.set(routes.version)
-    return _json(routes.as_json())
+    except OSError as exc:
+        log.error("routes not changed: the state file cannot be written: %s", exc)
+        return _error(503, f"routes not changed: the state file cannot be written: {exc}")
 
 
 async def post_swap(request: web.Request) -> web.Response:
     if (denied := _authorized(request)) is not None:
         return denied
-    main = _main(request)
+    control = _main(request)[CONTROL_KEY]
     try:
-        routes = main[ROUTER_KEY].swap()
+        expect = _expected_version(request, await _json_object(request, {"expect_version"},
+                                                                required=False))
+    except ValueError as exc:
+        return _error(400, str(exc))
+    try:
+        return _json(asdict(control.swap(expect)))
+    except RouteConflict as exc:
+        return _conflict(exc, control)
     except ValueError as exc:
         return _error(409, str(exc))
-    main[METRICS_KEY].route_version.set(routes.version)
-    return _json(routes.as_json())
+    except OSError as exc:
+        return _error(503, f"routes not changed: the state file cannot be written: {exc}")
 
 
 def _unavailable(exc: WorkerUnavailable) -> web.Response:
@@ -120,6 +173,7 @@ async def get_stats(request: web.Request) -> web.Response:
     mirror = main[MIRROR_KEY]
     stats["live"] = {
         "shadow_inflight": mirror.inflight,
+        "inflight": main[CONTROL_KEY].inflight_by_lane(),
         "background_tasks": len(main[TASKS_KEY]),
         "routes": main[ROUTER_KEY].routes.as_json(),
     }

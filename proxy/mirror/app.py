@@ -1,7 +1,8 @@
 """The proxy's aiohttp application: factory, the catch-all handler, lifecycle.
 
-Shared objects (router and its sessions, metrics, background tasks, mirror,
-evidence; the store in-process) live on the app under `web.AppKey`s and are
+Shared objects (router and its sessions, the state file, metrics, background
+tasks, mirror, evidence, the control the cutover acts through; the store
+in-process) live on the app under `web.AppKey`s and are
 created and closed by `cleanup_ctx`, in an order that lets shutdown drain:
 mirroring first (the capture worker finishes and records what it has), then the
 connection pools, then the store.
@@ -25,13 +26,16 @@ from proxy.compare.request import endpoint_for_path
 from proxy.compare.stats import mann_whitney
 from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
 from proxy.mirror.config import ProxyConfig
+from proxy.mirror.control import MirrorControl
 from proxy.mirror.evidence import Evidence, LocalEvidence, WorkerEvidence
 from proxy.mirror.exchange import Admission, Mirror
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
 from proxy.mirror.remote import RemoteMirror
+from proxy.mirror.route_state import restore_routes, route_persister
 from proxy.mirror.routing import Router, make_session_factory
 from proxy.mirror.tasks import BackgroundTasks
 from proxy.mirror.verdict import current_verdict, refresh_verdict_forever
+from proxy.statefile import StateFile
 from proxy.store import RecordStore, SqliteStore
 
 log = logging.getLogger(__name__)
@@ -43,6 +47,8 @@ STORE_KEY = web.AppKey("store", RecordStore)
 TASKS_KEY = web.AppKey("tasks", BackgroundTasks)
 MIRROR_KEY = web.AppKey("mirror", Admission)
 EVIDENCE_KEY = web.AppKey("evidence", Evidence)
+STATE_KEY = web.AppKey("state", StateFile)  # sections: "routes" (router), "cutover"
+CONTROL_KEY = web.AppKey("control", MirrorControl)  # what the cutover acts through
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -56,7 +62,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         limit = app[CONFIG_KEY].max_body_bytes
         return proxy_error(413, f"request body larger than the proxy's limit of {limit} bytes")
     routes = app[ROUTER_KEY].routes
-    primary = routes.primary.acquire()
+    primary = routes.primary.begin_relay()
     headers = request_headers(request.headers)
     endpoint = endpoint_for_path(request.path) if request.method == "POST" else None
     exchange = None
@@ -69,7 +75,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return await relay(request, primary, body, headers, result,
                            exchange.tap_for if exchange is not None else None)
     finally:
-        primary.release()
+        primary.end_relay()
         if exchange is not None:
             exchange.primary_done(result)
         metrics.requests.labels("primary", metrics.backend_label(primary.url),
@@ -89,6 +95,7 @@ def build_app(config: ProxyConfig, registry: CollectorRegistry | None = None) ->
         "max_field_size": 65536, "max_line_size": 65536})
     app[CONFIG_KEY] = config
     app[METRICS_KEY] = ProxyMetrics(registry if registry is not None else CollectorRegistry())
+    app.cleanup_ctx.append(_state_ctx)  # first: an unreadable file stops the start early
     if config.capture_worker:
         app.cleanup_ctx.append(_router_ctx)
         app.cleanup_ctx.append(_worker_ctx)
@@ -96,6 +103,7 @@ def build_app(config: ProxyConfig, registry: CollectorRegistry | None = None) ->
         app.cleanup_ctx.append(_store_ctx)
         app.cleanup_ctx.append(_router_ctx)
         app.cleanup_ctx.append(_tasks_ctx)
+    app.cleanup_ctx.append(_control_ctx)
     if config.main_metrics_path:
         app.router.add_get(config.main_metrics_path, metrics_handler)
     app.router.add_route("*", "/{tail:.*}", handle)
@@ -113,14 +121,29 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     await store.close()
 
 
+async def _state_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[STATE_KEY] = StateFile(app[CONFIG_KEY].state_file)  # StateFileError: CLI exits 2
+    yield
+
+
 async def _router_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG_KEY]
-    factory = make_session_factory(config.connect_timeout_s)
-    router = Router(config.routes, factory)
+    state = app[STATE_KEY]
+    routes, version, write = restore_routes(state, config.routes, config.reset_routes)
+    persist = route_persister(state)
+    if write:
+        persist(routes, version)
+    router = Router(routes, make_session_factory(config.connect_timeout_s), version, persist)
     app[ROUTER_KEY] = router
     app[METRICS_KEY].route_version.set(router.routes.version)
     yield
     await router.close()
+
+
+async def _control_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[CONTROL_KEY] = MirrorControl(app[ROUTER_KEY], app[EVIDENCE_KEY], app[METRICS_KEY],
+                                     app[CONFIG_KEY].gate)
+    yield
 
 
 async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:

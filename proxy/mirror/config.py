@@ -22,6 +22,11 @@ class ConfigError(ValueError):
     """A setting that cannot work; the message quotes the bad value."""
 
 
+def default_state_file(db_path: str) -> str | None:
+    """Where the proxy keeps its state beside a records file (none beside an in-memory db)."""
+    return None if db_path == ":memory:" else f"{db_path}.state.json"
+
+
 def normalize_backend_url(url: str, what: str = "backend URL") -> str:
     """Return `url` without a trailing slash; reject anything but http(s)://host[:port][/path]."""
     parts = urlsplit(url.strip())
@@ -144,6 +149,9 @@ class ProxyConfig:
     worker_cpus: tuple[int, ...] | None = None  # pin the worker (None: inherit)
     # idle: the worker only gets CPU time nothing else wants (Linux SCHED_IDLE).
     worker_priority: Literal["idle", "normal"] = "idle"
+    # Routes (and the cutover) persisted here and restored at start; None: memory only.
+    state_file: str | None = None
+    reset_routes: bool = False  # start from `routes` even when the state file has others
 
     def __post_init__(self) -> None:
         if self.worker_cpus is not None and (
@@ -156,6 +164,11 @@ class ProxyConfig:
                               f"0..{cpu_count - 1}")
         if not (0 <= self.port <= 65535):
             raise ConfigError(f"--port must be in 0..65535, got {self.port!r}")
+        if self.state_file is not None:
+            parent = os.path.dirname(os.path.abspath(self.state_file))
+            if not self.state_file or os.path.isdir(self.state_file) or not os.path.isdir(parent):
+                raise ConfigError(f"--state-file must be a file in an existing directory, "
+                                  f"got {self.state_file!r}")
         if self.max_body_bytes < 1:
             raise ConfigError(f"--max-body-bytes must be >= 1, got {self.max_body_bytes!r}")
         if self.main_metrics_path is not None and (

@@ -10,14 +10,18 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from proxy.compare.gate import GateCriteria
+from proxy.cutover.control import EvidenceWindow
 from proxy.metrics import ProxyMetrics, merge_expositions
 from proxy.mirror.remote import WorkerLink, WorkerUnavailable
-from proxy.mirror.verdict import current_verdict
+from proxy.mirror.verdict import current_verdict, evaluate_window
 from proxy.store import RecordStore, SqliteStore, records_page
 
 
 class Evidence(Protocol):
     async def gate(self) -> dict[str, Any]: ...
+
+    async def window_gate(self, window: EvidenceWindow) -> dict[str, Any]:
+        """The verdict over one cutover's evidence (`verdict.evaluate_window`)."""
 
     async def aggregates(self) -> dict[str, Any]: ...
 
@@ -38,6 +42,9 @@ class LocalEvidence:
     async def gate(self) -> dict[str, Any]:
         return await current_verdict(self.store, self.criteria, self._metrics)
 
+    async def window_gate(self, window: EvidenceWindow) -> dict[str, Any]:
+        return await self.store.call(evaluate_window, self.criteria, window)
+
     async def aggregates(self) -> dict[str, Any]:
         return (await self.store.call(SqliteStore.aggregates)).as_json()
 
@@ -57,6 +64,10 @@ class WorkerEvidence:
 
     async def gate(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.link.call("gate")
+        return result
+
+    async def window_gate(self, window: EvidenceWindow) -> dict[str, Any]:
+        result: dict[str, Any] = await self.link.call("window_gate", window)
         return result
 
     async def aggregates(self) -> dict[str, Any]:

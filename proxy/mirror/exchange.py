@@ -315,7 +315,8 @@ class Exchange:
             request_id=self.request_id, started_unix=self.started_unix, meta=meta,
             captures=(primary, *(c for _, c in others)), comparisons=comparisons,
             extra={"token_ids_source": source, "route_version": self.routes.version,
-                   "baseline_streamed": meta.stream and self.mirror.config.baseline_stream},
+                   "baseline_streamed": meta.stream and self.mirror.config.baseline_stream,
+                   "urls": self.routes.urls()},
         )
         if self.mirror.store is not None:
             self.mirror.store.put(record)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from proxy.cutover.control import RouteConflict
 from proxy.mirror.config import RouteConfig
 from proxy.mirror.http1 import Http1Pool
 
@@ -23,18 +24,28 @@ log = logging.getLogger(__name__)
 
 Lane = Literal["primary", "mirror"]
 SessionFactory = Callable[[Lane, str], Http1Pool]
+# Called with the new routes and their version before they are published; raising
+# (the state file cannot be written) leaves the current routes in place.
+PersistRoutes = Callable[[RouteConfig, int], None]
 
 
 class Upstream:
-    """One backend URL in one lane: its connection pool and a count of the requests using it."""
+    """One backend URL in one lane: its connection pool and a count of the requests using it.
 
-    __slots__ = ("_router", "active", "lane", "last_warning", "session", "url", "users")
+    `users` keeps the pool open (client requests, and mirrored exchanges that may still
+    call the backend); `relaying` counts the client requests alone, from before the
+    request goes out until the backend's last byte has been relayed.
+    """
+
+    __slots__ = ("_router", "active", "lane", "last_warning", "relaying", "session", "url",
+                 "users")
 
     def __init__(self, url: str, lane: Lane, session: Http1Pool, router: Router) -> None:
         self.url = url
         self.lane = lane
         self.session = session
         self.users = 0
+        self.relaying = 0
         self.active = True  # part of the current routes
         self.last_warning = 0.0  # monotonic time of the last failure logged (no log floods)
         self._router = router
@@ -42,6 +53,14 @@ class Upstream:
     def acquire(self) -> Upstream:
         self.users += 1
         return self
+
+    def begin_relay(self) -> Upstream:
+        self.relaying += 1
+        return self.acquire()
+
+    def end_relay(self) -> None:
+        self.relaying -= 1
+        self.release()
 
     @property
     def pool(self) -> Http1Pool:
@@ -77,23 +96,28 @@ class Routes:
             baseline=self.baseline.url if self.baseline else None,
         )
 
-    def as_json(self) -> dict[str, object]:
+    def urls(self) -> dict[str, str | None]:
+        """{"primary", "shadow", "baseline"} -> URL (what each record says it was between)."""
         return {
-            "version": self.version,
             "primary": self.primary.url,
             "shadow": self.shadow.url if self.shadow else None,
             "baseline": self.baseline.url if self.baseline else None,
         }
 
+    def as_json(self) -> dict[str, object]:
+        return {"version": self.version, **self.urls()}
+
 
 class Router:
     """Holds the current `Routes`; `replace()` and `swap()` publish a new snapshot."""
 
-    def __init__(self, initial: RouteConfig, session_factory: SessionFactory) -> None:
+    def __init__(self, initial: RouteConfig, session_factory: SessionFactory, version: int = 1,
+                 persist: PersistRoutes | None = None) -> None:
         self._factory = session_factory
+        self._persist = persist
         self._upstreams: dict[tuple[Lane, str], Upstream] = {}
         self._closing: set[asyncio.Task[None]] = set()
-        self.routes = self._build(initial, version=1)
+        self.routes = self._build(initial, version=version)
 
     def _upstream(self, lane: Lane, url: str) -> Upstream:
         key = (lane, url)
@@ -117,9 +141,19 @@ class Router:
         of the proxy's routes: it only needs their pools)."""
         return self._build(config, version)
 
-    def replace(self, config: RouteConfig) -> Routes:
-        """Publish `config` as the new routes; pools no route uses close once idle."""
+    def replace(self, config: RouteConfig, expect_version: int | None = None) -> Routes:
+        """Publish `config` as the new routes; pools no route uses close once idle.
+
+        `expect_version`: compare-and-set, RouteConflict unless the current routes have
+        that version. The routes are persisted (when a `persist` was given) before
+        any request can take them.
+        """
         old = self.routes
+        if expect_version is not None and expect_version != old.version:
+            raise RouteConflict(f"the routes are at version {old.version}, not "
+                                f"{expect_version}: they changed since they were read")
+        if self._persist is not None:
+            self._persist(config, old.version + 1)
         for upstream in self._upstreams.values():
             upstream.active = False
         self.routes = self._build(config, old.version + 1)
@@ -130,12 +164,24 @@ class Router:
                  config.primary, config.shadow, config.baseline)
         return self.routes
 
-    def swap(self) -> Routes:
+    def swap(self, expect_version: int | None = None) -> Routes:
         """Primary <-> shadow; the baseline stays. Raises ValueError without a shadow."""
         current = self.routes.as_config()
         if current.shadow is None:
             raise ValueError("no shadow to swap with")
-        return self.replace(RouteConfig(current.shadow, current.primary, current.baseline))
+        return self.replace(RouteConfig(current.shadow, current.primary, current.baseline),
+                            expect_version)
+
+    def inflight(self) -> dict[str, dict[str, int]]:
+        """Per backend URL: client requests being relayed ("primary") and mirrored
+        exchanges still using it ("mirror": as shadow or baseline, or as the primary
+        whose /tokenize they may call). Every backend of the current routes is listed."""
+        out: dict[str, dict[str, int]] = {}
+        for (_, url), upstream in self._upstreams.items():
+            counts = out.setdefault(url, {"primary": 0, "mirror": 0})
+            counts["primary"] += upstream.relaying
+            counts["mirror"] += upstream.users - upstream.relaying
+        return out
 
     def _retire(self, upstream: Upstream) -> None:
         if self._upstreams.get((upstream.lane, upstream.url)) is not upstream:

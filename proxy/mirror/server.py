@@ -16,7 +16,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from proxy.mirror.admin import build_admin_app
-from proxy.mirror.app import build_app
+from proxy.mirror.app import ROUTER_KEY, build_app
 from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig
 
@@ -57,9 +57,9 @@ async def serve(config: ProxyConfig, stop: asyncio.Event | None = None,
         if config.admin.port is not None:
             admin_runner, admin_port = await _start(
                 build_admin_app(app), config.admin.host, config.admin.port, 5.0)
+        urls = app[ROUTER_KEY].routes.urls()
         log.info("proxy on %s:%d -> primary %s, shadow %s, baseline %s; admin on %s",
-                 config.host, port, config.routes.primary, config.routes.shadow,
-                 config.routes.baseline,
+                 config.host, port, urls["primary"], urls["shadow"], urls["baseline"],
                  f"{config.admin.host}:{admin_port}" if admin_port is not None else "off")
         if on_ready is not None:
             on_ready(port, admin_port)

@@ -9,17 +9,36 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import asdict
 from typing import Any
 
+from proxy.aggregates import VERSION_ROLES
 from proxy.compare.gate import GateCriteria, evaluate
+from proxy.cutover.control import EvidenceWindow
 from proxy.metrics import ProxyMetrics
-from proxy.store import RecordStore, SqliteStore
+from proxy.store import RecordStore, SqliteStore, StoreAggregates
 
 log = logging.getLogger(__name__)
 
 
 def _evaluate(store: SqliteStore, criteria: GateCriteria) -> dict[str, Any]:
-    aggregates = store.aggregates()
+    return _judge(store.aggregates(), criteria)
+
+
+def evaluate_window(store: SqliteStore, criteria: GateCriteria,
+                    window: EvidenceWindow) -> dict[str, Any]:
+    """The verdict over one cutover's evidence only, with its counts labelled by version
+    (old/new), whichever of them is primary now."""
+    aggregates = store.aggregates(window=window)
+    result = _judge(aggregates, criteria)
+    result["window"] = asdict(window)
+    result["records"] = aggregates.records
+    result["versions"] = {version: asdict(aggregates.roles[role])
+                          for version, role in VERSION_ROLES.items() if role in aggregates.roles}
+    return result
+
+
+def _judge(aggregates: StoreAggregates, criteria: GateCriteria) -> dict[str, Any]:
     result = evaluate(aggregates.gate_inputs(), criteria).to_dict()
     result["baseline"] = (
         {"compared": aggregates.baseline.compared, "diverged": aggregates.baseline.diverged}

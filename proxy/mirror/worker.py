@@ -17,6 +17,7 @@ Messages (tuples, the kind first). Proxy -> worker:
   ("chunks", xid, content_type, payloads, times)      the primary's bytes so far
   ("end", xid, content_type, payloads, times, status, error, cancelled, t_end)
   ("call", call_id, name, args)                       gate | aggregates | records | metrics
+                                                      | window_gate (a cutover's evidence)
   ("shutdown",)
 Worker -> proxy: ("ready", scheduling), ("done", xid), ("reply", call_id, ok, value), ("bye", n),
   ("lag", seconds) every LAG_REPORT_S when overload shedding is on.
@@ -49,7 +50,7 @@ from proxy.mirror.ipc import Channel
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.routing import Router, Routes, make_session_factory
 from proxy.mirror.tasks import BackgroundTasks
-from proxy.mirror.verdict import current_verdict, refresh_verdict_forever
+from proxy.mirror.verdict import current_verdict, evaluate_window, refresh_verdict_forever
 from proxy.store import RecordStore, SqliteStore, records_page
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,8 @@ class CaptureWorker:
     def _work(self, name: str, args: tuple[Any, ...]) -> Coroutine[Any, Any, Any] | None:
         if name == "gate":
             return current_verdict(self.store, self.config.gate, self.metrics)
+        if name == "window_gate":
+            return self.store.call(evaluate_window, self.config.gate, *args)
         if name == "aggregates":
             return self._aggregates()
         if name == "records":

@@ -6,6 +6,7 @@ import json
 import os
 
 from proxy.compare.gate import GateCriteria, evaluate
+from proxy.cutover.control import EvidenceWindow
 from proxy.report.html import render_html
 from proxy.report.load import ReportInputError, load_store
 from proxy.report.model import Report, build_report, report_json
@@ -14,12 +15,14 @@ from proxy.report.text import render_text
 __all__ = ["ReportInputError", "report_from_db", "write_report"]
 
 
-def report_from_db(db_path: str, criteria: GateCriteria | None = None) -> Report:
-    """The report of a record store, with the verdict computed as the live gate does it
-    (`proxy.compare.gate.evaluate` on the store's aggregates)."""
-    records, aggregates = load_store(db_path)
+def report_from_db(db_path: str, criteria: GateCriteria | None = None,
+                   window: EvidenceWindow | None = None) -> Report:
+    """The report of a record store (or of one cutover's evidence `window` in it), with
+    the verdict computed as the live gate does it (`proxy.compare.gate.evaluate` on the
+    store's aggregates)."""
+    records, aggregates = load_store(db_path, window)
     verdict = evaluate(aggregates.gate_inputs(), criteria or GateCriteria())
-    return build_report(records, verdict=verdict, latency=aggregates.latency)
+    return build_report(records, verdict=verdict, latency=aggregates.latency, window=window)
 
 
 def write_report(
@@ -27,9 +30,10 @@ def write_report(
     as_json: bool = False,
     html_path: str | None = None,
     criteria: GateCriteria | None = None,
+    window: EvidenceWindow | None = None,
 ) -> str:
     """The text (or JSON) summary; with `html_path`, also writes the HTML file there."""
-    report = report_from_db(db_path, criteria)
+    report = report_from_db(db_path, criteria, window)
     if html_path:
         tmp = f"{html_path}.tmp"
         with open(tmp, "w", encoding="utf-8") as out:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from html import escape
 
-from proxy.report.model import ROLE_LABELS, PairSummary, Report, RoleSummary
+from proxy.report.model import ROLE_LABELS, PairSummary, Report, RoleSummary, versions_note
 from proxy.report.svg import Series, cdf_chart, histogram_chart
 from proxy.report.text import METRIC_LABELS, counts, mean_or_dash, ms, pct, times
 
@@ -104,9 +104,7 @@ def _latency_series(report: Report, metric: str) -> list[Series]:
         samples = report.samples_by_role.get(role)
         if samples is not None:
             values = [v * 1000 for v in samples.metric(metric)]
-            label = {"primary": "old (primary)", "shadow": "new (shadow)"}.get(
-                role, "baseline (old copy)"
-            )
+            label = {"primary": "old", "shadow": "new"}.get(role, "baseline (old copy)")
             out.append(Series(label, values, COLORS[role], dashed=role == "baseline"))
     return out
 
@@ -144,7 +142,7 @@ def render_html(report: Report, title: str = "vllm-cutover report") -> str:
 <style>{_CSS}</style></head><body>
 <h1>{escape(title)}</h1>
 <p class="muted">{report.samples} mirrored requests ({report.deterministic} deterministic).
-Generated {generated}. Old = primary (serves clients), new = shadow, baseline = second old copy.</p>
+Generated {generated}. {escape(versions_note(report))}.</p>
 <div class="verdict" style="background:{color}"><b>{escape(gate.verdict.upper())}</b>
 <ul>{reasons}</ul></div>
 <h2>Tokens (deterministic requests)</h2>

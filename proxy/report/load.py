@@ -1,14 +1,22 @@
-"""Reading the proxy's SQLite records for the report (read-only, never creates a file)."""
+"""Reading the proxy's SQLite records for the report (read-only, never creates a file).
+
+With a cutover's evidence window, only its records are read, each labelled by
+version: after a promotion the new version served clients (role "primary") and the
+old one was mirrored ("shadow"), so their captures trade roles here and the report
+still reads old against new.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 from typing import TYPE_CHECKING
 
-from proxy.compare.types import ExchangeRecord
+from proxy.compare.types import ExchangeRecord, Role
 
 if TYPE_CHECKING:
+    from proxy.cutover.control import EvidenceWindow
     from proxy.store import StoreAggregates
 
 
@@ -16,8 +24,27 @@ class ReportInputError(RuntimeError):
     """The database cannot be read as a proxy record store (message quotes the path)."""
 
 
-def load_store(db_path: str) -> tuple[list[ExchangeRecord], StoreAggregates]:
-    """Every kept record (oldest first) and the aggregates the live gate judges."""
+_TRADED: dict[Role, Role] = {"primary": "shadow", "shadow": "primary"}
+
+
+def by_version(record: ExchangeRecord, promoted: bool, noise: bool) -> ExchangeRecord:
+    """`record` with old as "primary" and new as "shadow"; its baseline only when that
+    is old-vs-old noise of the window (`noise`)."""
+    captures = tuple(
+        dataclasses.replace(c, role=_TRADED[c.role]) if promoted and c.role in _TRADED else c
+        for c in record.captures if noise or c.role != "baseline")
+    comparisons = tuple(
+        # Deltas are the compared side's minus the primary's: new minus old again.
+        dataclasses.replace(c, length_delta=-c.length_delta)
+        if promoted and c.against == "shadow" and c.length_delta is not None else c
+        for c in record.comparisons if noise or c.against != "baseline")
+    return dataclasses.replace(record, captures=captures, comparisons=comparisons)
+
+
+def load_store(db_path: str, window: EvidenceWindow | None = None,
+               ) -> tuple[list[ExchangeRecord], StoreAggregates]:
+    """The kept records (oldest first; only `window`'s when given, by version) and the
+    aggregates the live gate judges."""
     from proxy.store import SqliteStore
 
     if not os.path.isfile(db_path):
@@ -27,7 +54,12 @@ def load_store(db_path: str) -> tuple[list[ExchangeRecord], StoreAggregates]:
     except sqlite3.Error as exc:
         raise ReportInputError(f"cannot open {db_path!r}: {exc}") from exc
     try:
-        return list(store.records()), store.aggregates()
+        if window is None:
+            return list(store.records()), store.aggregates()
+        members = store.window_members(window)
+        records = [by_version(r, *members[r.extra["id"]]) for r in store.records()
+                   if r.extra["id"] in members]
+        return records, store.aggregates(window=window)
     except sqlite3.Error as exc:
         raise ReportInputError(f"{db_path!r} is not a vllm-cutover record store: {exc}") from exc
     finally:

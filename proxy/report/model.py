@@ -8,6 +8,7 @@ against the primary; sampled requests are compared only as distributions.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from proxy.compare.stats import (
 )
 from proxy.compare.tally import timed_capture
 from proxy.compare.types import Capture, Comparison, ExchangeRecord
+from proxy.cutover.control import EvidenceWindow
 
 ROLE_LABELS: dict[str, str] = {"primary": "old", "shadow": "new", "baseline": "baseline"}
 
@@ -102,6 +104,20 @@ class Report:
     sampled: dict[str, RoleSummary]  # sampled (non-deterministic) requests only, by role
     sampled_length_test: MannWhitney | None  # output tokens of sampled requests, new vs old
     gate: Verdict
+    # A cutover's evidence only, by version (roles "primary"/"shadow" then mean old/new,
+    # whichever served clients); None: every record, old = primary.
+    window: EvidenceWindow | None = None
+
+
+def versions_note(report: Report) -> str:
+    """What "old" and "new" stand for in this report."""
+    window = report.window
+    if window is None:
+        return "old = primary (serves clients), new = shadow, baseline = second old copy"
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(window.since_unix))
+    baseline = f", baseline = {window.baseline_url} (old copy)" if window.baseline_url else ""
+    return (f"cutover evidence since {since}: old = {window.old_url}, new = "
+            f"{window.new_url}, whichever served clients{baseline}")
 
 
 def _mean(values: Sequence[int]) -> float | None:
@@ -208,6 +224,7 @@ def build_report(
     criteria: GateCriteria | None = None,
     verdict: Verdict | None = None,
     latency: Mapping[str, LatencySamples] | None = None,
+    window: EvidenceWindow | None = None,
 ) -> Report:
     """Fold records into a `Report`. The verdict is the gate's (`proxy.compare.gate`):
     `verdict` when given, else evaluated on these records with `criteria`; `latency`
@@ -247,6 +264,7 @@ def build_report(
             _lengths(sampled_roles, "primary"), _lengths(sampled_roles, "shadow")
         ),
         gate=verdict,
+        window=window,
     )
 
 
@@ -294,6 +312,7 @@ def report_json(report: Report) -> dict[str, Any]:
             "output_tokens_mann_whitney": _test_json(report.sampled_length_test),
         },
         "gate": report.gate.details,
+        "window": report.window.to_json() if report.window is not None else None,
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from statistics import median
 
-from proxy.report.model import ROLE_LABELS, LatencyRow, PairSummary, Report
+from proxy.report.model import ROLE_LABELS, LatencyRow, PairSummary, Report, versions_note
 
 METRIC_LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E"}
 
@@ -73,6 +73,7 @@ def render_text(report: Report) -> str:
             f"vllm-cutover report: {report.samples} mirrored requests "
             f"({report.deterministic} deterministic, {report.samples - report.deterministic} sampled)"
         ),
+        f"({versions_note(report)})",
         "",
         f"VERDICT: {gate.verdict.upper()}",
     ]
@@ -85,7 +86,7 @@ def render_text(report: Report) -> str:
         lines.append("  baseline (noise): none (run the proxy with --baseline to measure it)")
     shadow = report.shadow
     lines.append(
-        f"  not comparable {shadow.not_comparable}, shadow errors {shadow.errors},"
+        f"  not comparable {shadow.not_comparable}, comparison errors {shadow.errors},"
         f" finish-reason mismatches {shadow.finish_mismatch},"
         f" sampled requests compared as distributions {shadow.sampled}"
     )
@@ -101,7 +102,7 @@ def render_text(report: Report) -> str:
             f"  output length new vs old: Mann-Whitney p={test.p_value:.3g}, "
             f"effect {test.effect_size:+.2f}"
         )
-    lines += ["", "Latency, old (primary) vs new (shadow):"]
+    lines += ["", "Latency, old vs new:"]
     lines += latency_table(report.latency)
     lines += ["", "Backends:"]
     for summary in report.roles.values():

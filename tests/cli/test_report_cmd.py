@@ -84,3 +84,35 @@ def test_missing_or_foreign_database_is_an_error(tmp_path: Path) -> None:
     assert foreign.returncode == 2 and "other.db" in foreign.stderr
     bad = _run("--db", str(other), "--gate-min-samples", "0")
     assert bad.returncode == 2 and "0" in bad.stderr
+
+
+def test_report_of_one_cutover_by_flags_or_state_file(tmp_path: Path) -> None:
+    from tests.evidence_records import NEW, OLD, OTHER, SPEEDS, record, store_of
+
+    records = ([record(900, OLD, NEW, ttft={OLD: 0.5, NEW: 0.5})]
+               + [record(1001, OLD, OTHER, ttft=SPEEDS)]
+               + [record(1010 + i, OLD, NEW, ttft=SPEEDS) for i in range(2)]
+               + [record(1020 + i, NEW, OLD, ttft=SPEEDS) for i in range(2)])
+    store_of(tmp_path, records).close()
+    db = str(tmp_path / "r.db")
+    by_flags = _run("--db", db, "--json", "--since", "1000", "--old-url", OLD + "/",
+                    "--new-url", NEW)
+    assert by_flags.returncode == 0, by_flags.stderr
+    doc = json.loads(by_flags.stdout)
+    assert doc["compared"] == 4 and doc["samples"] == 4
+    assert doc["latency"]["ttft"]["old"]["p50_s"] == 0.1
+    assert doc["latency"]["ttft"]["new"]["p50_s"] == 0.3
+    assert doc["window"] == {"since_unix": 1000.0, "old_url": OLD, "new_url": NEW,
+                             "baseline_url": None}
+    state = tmp_path / "proxy.state.json"
+    state.write_text(json.dumps({"cutover": {"evidence": doc["window"]}}))
+    by_state = _run("--db", db, "--json", "--state-file", str(state))
+    assert json.loads(by_state.stdout) == doc
+    assert json.loads(_run("--db", db, "--json").stdout)["compared"] == 6
+    half = _run("--db", db, "--since", "1000", "--old-url", OLD)
+    assert half.returncode == 2 and "needs --new-url" in half.stderr
+    both = _run("--db", db, "--state-file", str(state), "--since", "5")
+    assert both.returncode == 2 and "leave out --since" in both.stderr
+    state.write_text(json.dumps({"routes": {}}))
+    empty = _run("--db", db, "--state-file", str(state))
+    assert empty.returncode == 2 and "holds no cutover" in empty.stderr

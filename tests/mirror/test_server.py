@@ -19,7 +19,7 @@ async def test_stop_drains_in_flight_stream(backend):
     stop = asyncio.Event()
     ports: list[tuple[int, int | None]] = []
     server = asyncio.ensure_future(serve(config, stop, lambda p, a: ports.append((p, a))))
-    for _ in range(500):
+    for _ in range(6000):  # the capture worker's start: seconds on a loaded 2-core machine
         if ports or server.done():
             break
         await asyncio.sleep(0.01)

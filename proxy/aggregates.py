@@ -1,0 +1,226 @@
+"""What the gate and the report sum up from the records: counts and latency samples.
+
+Counting is done by SQLite (GROUP BY: it releases the GIL, Python loops would not),
+over every kept record or over a cutover's evidence window: the records started at
+or after its start between exactly its old and new versions, whichever of them was
+primary. In a window each capture is labelled by version, not by role, in the
+gate's vocabulary (`proxy.compare.gate`: old is "primary", new is "shadow"), so after
+a promotion (new primary, old shadow) the gate still judges new against old.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from array import array
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from proxy.compare.gate import GateInputs, MatchCounts
+from proxy.compare.stats import LatencySamples
+from proxy.cutover.control import EvidenceWindow
+
+__all__ = ["VERSION_ROLES", "PairCounts", "RoleCounts", "StoreAggregates", "aggregate_rows",
+           "query_aggregates", "window_members"]
+
+# A version's role in the gate's vocabulary (and in windowed aggregates).
+VERSION_ROLES = {"old": "primary", "new": "shadow"}
+
+
+@dataclass(frozen=True)
+class PairCounts:
+    """Comparisons of one side (shadow or baseline) with the primary."""
+
+    compared: int = 0  # deterministic requests with a token verdict (match or diverged)
+    diverged: int = 0
+    close: int = 0  # diverged, but within vLLM's top-k closeness rule
+    not_comparable: int = 0
+    errors: int = 0
+    sampled: int = 0  # non-deterministic: compared only as distributions
+    first_divergence: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RoleCounts:
+    """Outcomes of one role's requests."""
+
+    requests: int = 0
+    errors: int = 0
+    cancelled: int = 0
+    finish_reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoreAggregates:
+    """What the gate and the report need, summed over the kept records."""
+
+    records: int
+    shadow: PairCounts
+    baseline: PairCounts | None  # None: no baseline comparison was ever recorded
+    latency: dict[str, LatencySamples]
+    roles: dict[str, RoleCounts]
+
+    def gate_inputs(self) -> GateInputs:
+        """What `proxy.compare.gate.evaluate` judges (cancelled requests left out)."""
+        baseline = self.baseline
+        return GateInputs(
+            new_vs_old=MatchCounts(self.shadow.compared, self.shadow.diverged),
+            baseline_vs_old=MatchCounts(baseline.compared, baseline.diverged)
+            if baseline is not None else None,
+            latency=self.latency,
+            requests={r: c.requests - c.cancelled for r, c in self.roles.items()},
+            errors={r: c.errors for r, c in self.roles.items()},
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        def pair(p: PairCounts) -> dict[str, Any]:
+            out = asdict(p)
+            del out["first_divergence"]
+            return out
+
+        return {
+            "records": self.records,
+            "shadow": pair(self.shadow),
+            "baseline": pair(self.baseline) if self.baseline else None,
+            "latency_samples": {r: {"ttft": len(s.ttft_s), "tpot": len(s.tpot_s),
+                                    "e2e": len(s.e2e_s)} for r, s in self.latency.items()},
+            "roles": {r: asdict(c) for r, c in self.roles.items()},
+        }
+
+
+def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
+                   first_divergences: Sequence[tuple[str, int]],
+                   captures: Sequence[tuple[Any, ...]], latency: Sequence[tuple[Any, ...]],
+                   max_itl_samples: int = 20_000) -> StoreAggregates:
+    """Fold the grouped rows of `SqliteStore.aggregates` into `StoreAggregates`."""
+    pairs: dict[str, dict[str, Any]] = {}
+    for against, outcome, det, close, count in comparisons:
+        p = pairs.setdefault(against, {"compared": 0, "diverged": 0, "close": 0,
+                                       "not_comparable": 0, "errors": 0, "sampled": 0,
+                                       "first_divergence": []})
+        if outcome == "error":
+            p["errors"] += count
+        elif not det:
+            p["sampled"] += count
+        elif outcome == "not_comparable":
+            p["not_comparable"] += count
+        else:
+            p["compared"] += count
+            if outcome == "diverged":
+                p["diverged"] += count
+                p["close"] += count if close else 0
+    for against, first in first_divergences:
+        if against in pairs:
+            pairs[against]["first_divergence"].append(first)
+    made = {k: PairCounts(**{**v, "first_divergence": tuple(v["first_divergence"])})
+            for k, v in pairs.items()}
+    roles: dict[str, dict[str, Any]] = {}
+    for role, cancelled, failed, finish, count in captures:
+        r = roles.setdefault(role, {"requests": 0, "errors": 0, "cancelled": 0,
+                                    "finish_reasons": {}})
+        r["requests"] += count
+        if cancelled:
+            r["cancelled"] += count
+        elif failed:
+            r["errors"] += count
+        if finish is not None:
+            r["finish_reasons"][finish] = r["finish_reasons"].get(finish, 0) + count
+    samples: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {}
+    itl_left = max_itl_samples
+    for role, ttft, e2e, tokens, itl_blob, streamed in reversed(latency):
+        ttfts, tpots, itls, e2es = samples.setdefault(role, ([], [], [], []))
+        e2es.append(e2e)
+        if not streamed or ttft is None:
+            continue
+        ttfts.append(ttft)
+        if tokens is not None and tokens > 1:
+            tpots.append((e2e - ttft) / (tokens - 1))
+        if itl_blob and itl_left > 0:
+            gaps = array("f")
+            gaps.frombytes(itl_blob)
+            itls.extend(gaps[:itl_left])
+            itl_left -= len(gaps)
+    return StoreAggregates(
+        records=records,
+        shadow=made.get("shadow", PairCounts()),
+        baseline=made.get("baseline"),
+        latency={r: LatencySamples(ttft_s=tuple(a), tpot_s=tuple(b), itl_s=tuple(c),
+                                   e2e_s=tuple(d)) for r, (a, b, c, d) in samples.items()},
+        roles={r: RoleCounts(**v) for r, v in roles.items()},
+    )
+
+# `w`: the records in scope with `promoted` (1: the new version was primary) and
+# `noise` (1: its baseline comparison is old-vs-old noise that counts).
+_ALL = ("WITH w AS (SELECT id, deterministic AS det, stream, extra, 0 AS promoted,"
+        " 1 AS noise FROM exchange)")
+# A window is selected once into a temporary table (each record's URLs are read from its
+# JSON once, not once per query); temporary tables work on read-only connections too.
+_WINDOW_TABLE = ("CREATE TEMP TABLE IF NOT EXISTS window_scope (id INTEGER PRIMARY KEY,"
+                 " det INTEGER, stream INTEGER, extra TEXT, promoted INTEGER, noise INTEGER)")
+_WINDOW_SELECT = """INSERT INTO temp.window_scope
+WITH u AS (
+    SELECT id, deterministic AS det, stream, extra,
+           json_extract(extra, '$.urls.primary') AS p, json_extract(extra, '$.urls.shadow') AS s,
+           json_extract(extra, '$.urls.baseline') AS b
+    FROM exchange WHERE started_unix >= :since)
+SELECT id, det, stream, extra, p = :new, :baseline IS NOT NULL AND p = :old AND b IS :baseline
+FROM u WHERE (p = :old AND s = :new) OR (p = :new AND s = :old)"""
+_WINDOW = "WITH w AS (SELECT * FROM temp.window_scope)"
+# A capture's version as VERSION_ROLES names it.
+_VERSION = ("CASE WHEN c.role = 'baseline' THEN 'baseline'"
+            " WHEN (c.role = 'primary') != w.promoted THEN 'primary' ELSE 'shadow' END")
+_COUNTED = "(c.role != 'baseline' OR w.noise)"
+
+
+def _scope(db: sqlite3.Connection, window: EvidenceWindow | None) -> str:
+    """The `w` the queries read: every record, or `window`'s (selected now)."""
+    if window is None:
+        return _ALL
+    with db:  # ends the implicit transaction: no read snapshot is held afterwards
+        db.execute(_WINDOW_TABLE)
+        db.execute("DELETE FROM temp.window_scope")
+        db.execute(_WINDOW_SELECT, {"since": window.since_unix, "old": window.old_url,
+                                    "new": window.new_url, "baseline": window.baseline_url})
+    return _WINDOW
+
+
+def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = None,
+                     latency_window: int = 5000) -> StoreAggregates:
+    """Counts over the records in scope (all, or `window`'s); latency samples from the
+    newest `latency_window` of them."""
+    scope = _scope(db, window)
+    params = {"latency_window": latency_window}
+    comparisons = db.execute(
+        f"{scope} SELECT c.against, c.outcome, w.det, COALESCE(c.close_match, 0), COUNT(*)"
+        " FROM comparison c JOIN w ON w.id = c.exchange_id"
+        f" WHERE c.against != 'baseline' OR w.noise GROUP BY 1, 2, 3, 4", params).fetchall()
+    first_divergences = db.execute(
+        f"{scope} SELECT c.against, c.first_divergence FROM comparison c"
+        " JOIN w ON w.id = c.exchange_id WHERE c.outcome = 'diverged'"
+        " AND w.det = 1 AND c.first_divergence IS NOT NULL"
+        " AND (c.against != 'baseline' OR w.noise) ORDER BY c.exchange_id", params).fetchall()
+    captures = db.execute(
+        f"{scope} SELECT {_VERSION}, c.cancelled,"
+        " (c.error IS NOT NULL OR c.status IS NULL OR c.status >= 400), c.finish_reason,"
+        f" COUNT(*) FROM capture c JOIN w ON w.id = c.exchange_id WHERE {_COUNTED}"
+        " GROUP BY 1, 2, 3, 4", params).fetchall()
+    # Per-token timing only exists for streamed answers (unstreamed: TTFT == E2E).
+    latency = db.execute(
+        f"{scope} SELECT {_VERSION}, c.ttft_s, c.e2e_s, c.output_tokens, c.itl_s,"
+        " w.stream AND (c.role != 'baseline' OR"
+        " COALESCE(json_extract(w.extra, '$.baseline_streamed'), 1))"
+        " FROM capture c JOIN w ON w.id = c.exchange_id"
+        " WHERE c.exchange_id >= (SELECT MIN(id) FROM"
+        " (SELECT id FROM w ORDER BY id DESC LIMIT :latency_window))"
+        f" AND {_COUNTED} AND c.error IS NULL AND c.cancelled = 0 AND c.e2e_s IS NOT NULL"
+        " ORDER BY c.exchange_id", params).fetchall()
+    records = db.execute(f"{scope} SELECT COUNT(*) FROM w", params).fetchone()[0]
+    return aggregate_rows(int(records), comparisons, first_divergences, captures, latency)
+
+
+def window_members(db: sqlite3.Connection,
+                   window: EvidenceWindow) -> dict[int, tuple[bool, bool]]:
+    """Row id -> (promoted, baseline counts as noise) of every record in `window`."""
+    scope = _scope(db, window)
+    rows = db.execute(f"{scope} SELECT id, promoted, noise FROM w").fetchall()
+    return {int(i): (bool(promoted), bool(noise)) for i, promoted, noise in rows}
