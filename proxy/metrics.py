@@ -127,8 +127,19 @@ class ProxyMetrics:
             registry=registry)
         self.route_version = Gauge(
             f"{ns}_route_version", "Version of the routing table", registry=registry)
+        self.cutover_phase = Gauge(
+            f"{ns}_cutover_phase", "Phase of the proxy's cutover (1 on the current one; none "
+            "ever started: no series)", ("phase",), registry=registry)
         for name in VERDICTS:
             self.verdict.labels(name).set(1.0 if name == "inconclusive" else 0.0)
+        self._phases_seen: set[str] = set()
+
+    def set_cutover_phase(self, phase: str) -> None:
+        """1 on `phase`, 0 on the phases seen before (the label set stays the phases)."""
+        for known in list(self._phases_seen):
+            self.cutover_phase.labels(known).set(0.0)
+        self._phases_seen.add(phase)
+        self.cutover_phase.labels(phase).set(1.0)
 
     def backend_label(self, url: str) -> str:
         """host:port of the first `max_backends` URLs seen, "other" after that."""

@@ -58,6 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--reset-routes", action="store_true",
                    help="serve the command line's routes even when the state file has "
                         "others (they are then persisted over them)")
+    p.add_argument("--driver", choices=("none", "docker"), default="none",
+                   help="container driver of `vllm-cutover cutover` (default none: a cutover "
+                        "can only adopt a running backend, --new-url). docker: the sidecar "
+                        "creates, stops and removes vLLM containers through the Docker socket, "
+                        "which is root on the host: mount it only into this sidecar")
     p.add_argument("--retention", type=int, default=100_000, metavar="N",
                    help="keep at most N records (default %(default)s)")
     p.add_argument("--store-text", action="store_true",
@@ -132,6 +137,7 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         worker_priority=args.worker_priority,
         state_file=_state_file(args.state_file, args.db),
         reset_routes=args.reset_routes,
+        driver=args.driver,
     )
 
 

@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
+from proxy.cutover.control import EvidenceWindow
 from proxy.cutover.spec import CutoverSpec, SpecError
 
 __all__ = ["SCHEMA_VERSION", "Command", "CutoverSpec", "CutoverState", "Endpoint", "Phase",
@@ -146,7 +147,16 @@ class CutoverState:
             "old_stopped": self.old_stopped,
             "rollback_started_unix": self.rollback_started_unix,
             "rollback_s": self.rollback_s, "backup_bytes": self.backup_bytes,
+            # What `vllm-cutover report --state-file` reads: this cutover's records only.
+            "evidence": self.evidence.to_json() if self.evidence is not None else None,
         }
+
+    @property
+    def evidence(self) -> EvidenceWindow | None:
+        """The records that count for this cutover (none before the new one has a URL)."""
+        if self.new is None:
+            return None
+        return EvidenceWindow(self.started_unix, self.old.url, self.new.url, self.baseline_url)
 
     @classmethod
     def from_json(cls, data: Any) -> CutoverState:
@@ -162,7 +172,7 @@ class CutoverState:
         except SpecError as exc:
             raise StateError(f"cutover state has a bad spec: {exc}") from exc
         known = {"schema", "id", "spec", "phase", "old", "new", "history", "end_phase",
-                 "served_models", "reasons", "pending"}
+                 "served_models", "reasons", "pending", "evidence"}
         plain = {k: v for k, v in data.items() if k not in known}
         unknown = sorted(set(plain) - set(cls.__dataclass_fields__))
         if unknown:

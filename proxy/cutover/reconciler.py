@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from proxy.cutover import machine
-from proxy.cutover.control import EvidenceWindow, ProxyControl, RouteConflict
+from proxy.cutover.control import ProxyControl, RouteConflict
 from proxy.cutover.driver import LABEL_CUTOVER, ContainerDriver, EngineUnavailable, NotFound
 from proxy.cutover.model import Command, CutoverState
 from proxy.cutover.steps import (
@@ -47,8 +47,10 @@ class Reconciler:
 
     def __init__(self, state: CutoverState, statefile: StateFile, control: ProxyControl,
                  driver: ContainerDriver | None, session: aiohttp.ClientSession,
-                 tick_s: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+                 tick_s: float = 1.0, clock: Callable[[], float] = time.time,
+                 on_state: Callable[[CutoverState], None] | None = None) -> None:
         self.state = state
+        self._on_state = on_state
         self._statefile = statefile
         self._control = control
         self._driver = driver
@@ -106,6 +108,8 @@ class Reconciler:
                 log.info("cutover %s: %s -> %s (%s)", nxt.id, self.state.phase.value,
                          nxt.phase.value, nxt.history[-1].reason)
         self.state = nxt
+        if self._on_state is not None:
+            self._on_state(nxt)
         if self._mail is mail:  # taken; one delivered meanwhile waits for the next step
             self._mail = None
         self._failure, self._saved_bytes = None, None
@@ -146,8 +150,8 @@ class Reconciler:
         if "inflight" in wanted:
             await look("inflight", lambda: dict(control.inflight()))
         if "gate" in wanted and state.new is not None:
-            window = EvidenceWindow(state.started_unix, state.old.url, state.new.url,
-                                    state.baseline_url)
+            window = state.evidence
+            assert window is not None
             await look("gate", lambda: control.gate(window))
         old_id = state.old.container_id
         if driver is not None and "old" in wanted and old_id:

@@ -49,7 +49,9 @@ class CutoverService:
 
     def __init__(self, statefile: StateFile, control: ProxyControl,
                  driver: ContainerDriver | None, tick_s: float = 1.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 on_state: Callable[[CutoverState], None] | None = None) -> None:
+        self._on_state = on_state
         self._statefile = statefile
         self._control = control
         self.driver = driver
@@ -186,8 +188,10 @@ class CutoverService:
 
     def _make(self, state: CutoverState) -> Reconciler:
         assert self._session is not None, "open() first"
+        if self._on_state is not None:
+            self._on_state(state)
         return Reconciler(state, self._statefile, self._control, self.driver, self._session,
-                          self._tick_s, self._clock)
+                          self._tick_s, self._clock, self._on_state)
 
     def _ensure_running(self) -> None:
         if self._task is not None and not self._task.done():

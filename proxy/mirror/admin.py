@@ -16,7 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.cutover.admin import add_cutover_routes
 from proxy.cutover.control import RouteConflict
+from proxy.cutover.service import CUTOVER_KEY
 from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.mirror.app import (
     CONFIG_KEY,
@@ -217,4 +219,5 @@ def build_admin_app(main_app: web.Application) -> web.Application:
     admin.router.add_get("/admin/stats", get_stats)
     admin.router.add_get("/admin/records", get_records)
     admin.router.add_get("/metrics", get_metrics)
+    add_cutover_routes(admin, lambda request: _main(request).get(CUTOVER_KEY))
     return admin

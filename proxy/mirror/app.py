@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from proxy.compare.request import endpoint_for_path
 from proxy.compare.stats import mann_whitney
+from proxy.cutover.service import CUTOVER_KEY, CutoverService
 from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
 from proxy.mirror.config import ProxyConfig
 from proxy.mirror.control import MirrorControl
@@ -37,6 +39,9 @@ from proxy.mirror.tasks import BackgroundTasks
 from proxy.mirror.verdict import current_verdict, refresh_verdict_forever
 from proxy.statefile import StateFile
 from proxy.store import RecordStore, SqliteStore
+
+if TYPE_CHECKING:
+    from proxy.cutover.docker_driver import DockerDriver
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +109,7 @@ def build_app(config: ProxyConfig, registry: CollectorRegistry | None = None) ->
         app.cleanup_ctx.append(_router_ctx)
         app.cleanup_ctx.append(_tasks_ctx)
     app.cleanup_ctx.append(_control_ctx)
+    app.cleanup_ctx.append(_cutover_ctx)
     if config.main_metrics_path:
         app.router.add_get(config.main_metrics_path, metrics_handler)
     app.router.add_route("*", "/{tail:.*}", handle)
@@ -144,6 +150,25 @@ async def _control_ctx(app: web.Application) -> AsyncIterator[None]:
     app[CONTROL_KEY] = MirrorControl(app[ROUTER_KEY], app[EVIDENCE_KEY], app[METRICS_KEY],
                                      app[CONFIG_KEY].gate)
     yield
+
+
+async def _cutover_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The cutover service: resumes a persisted cutover that had not ended. Only with
+    `--driver docker` is the Docker driver (the one module that touches the socket) made."""
+    driver: DockerDriver | None = None
+    if app[CONFIG_KEY].driver == "docker":
+        from proxy.cutover.docker_driver import DockerDriver
+
+        driver = DockerDriver()  # connects on first use: a daemon down is a clear error then
+    metrics = app[METRICS_KEY]
+    service = CutoverService(app[STATE_KEY], app[CONTROL_KEY], driver,
+                             on_state=lambda state: metrics.set_cutover_phase(state.phase.value))
+    await service.open()
+    app[CUTOVER_KEY] = service
+    yield
+    await service.close()
+    if driver is not None:
+        await asyncio.to_thread(driver.close)
 
 
 async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:

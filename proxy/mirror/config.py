@@ -152,6 +152,8 @@ class ProxyConfig:
     # Routes (and the cutover) persisted here and restored at start; None: memory only.
     state_file: str | None = None
     reset_routes: bool = False  # start from `routes` even when the state file has others
+    # The cutover's container driver; "none": only adopt mode (--new-url), no Docker socket.
+    driver: Literal["none", "docker"] = "none"
 
     def __post_init__(self) -> None:
         if self.worker_cpus is not None and (

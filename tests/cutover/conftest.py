@@ -11,23 +11,23 @@ import pytest
 from proxy.cutover.control import RoutesView
 from proxy.sim.app import make_sim_app
 from proxy.sim.config import SimConfig
-from tests.cutover.fakes import FakeControl, FakeDriver
 from tests.cutover.docker_scene import driver, scene  # noqa: F401 - fixtures
+from tests.cutover.fakes import FakeControl, FakeDriver
 from tests.cutover.world import World, old_health_follows
 
 
 @pytest.fixture
 async def world(aiohttp_server: Any, tmp_path: Any) -> AsyncIterator[World]:
-    driver = FakeDriver(new_url="", old_url="")
+    fake = FakeDriver(new_url="", old_url="")
     old_app = make_sim_app(SimConfig(model_name="tiny", version="0.31.0"))
-    old_app.middlewares.append(old_health_follows(driver))
+    old_app.middlewares.append(old_health_follows(fake))
     old = await aiohttp_server(old_app)
     new = await aiohttp_server(make_sim_app(SimConfig(model_name="tiny", version="0.32.0")))
-    driver.old_url, driver.new_url = str(old.make_url("")).rstrip("/"), \
+    fake.old_url, fake.new_url = str(old.make_url("")).rstrip("/"), \
         str(new.make_url("")).rstrip("/")
-    driver.add_old()
-    control = FakeControl(RoutesView(1, driver.old_url))
-    w = World(driver.old_url, driver.new_url, driver, control,
+    fake.add_old()
+    control = FakeControl(RoutesView(1, fake.old_url))
+    w = World(fake.old_url, fake.new_url, fake, control,
               str(tmp_path / "proxy.state.json"), [])
     yield w
     for svc in w.services:
