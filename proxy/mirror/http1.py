@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict
 
+from proxy.mirror.stamped import open_stamped
+
 log = logging.getLogger(__name__)
 
 Feed = Callable[[bytes, float], None]
@@ -228,11 +230,14 @@ class Http1Connection(asyncio.Protocol):
         self._settle()
 
     def data_received(self, data: bytes) -> None:
+        self.data_received_at(data, perf_counter())
+
+    def data_received_at(self, data: bytes, t: float) -> None:
+        """`data` that arrived at perf_counter time `t` (stamped transports: the kernel's)."""
         if not self._active or self._complete or self._error is not None:
             if not self._active:
                 self.abort()  # nothing asked: a confused server
             return
-        t = perf_counter()
         try:
             if self._in_head:
                 rest = self._read_head(data)
@@ -423,7 +428,7 @@ class Http1Pool:
     """
 
     def __init__(self, url: str, connect_timeout_s: float = 10.0,
-                 fail_fast: bool = False) -> None:
+                 fail_fast: bool = False, stamped: bool = False) -> None:
         parts = urlsplit(url)
         self.https = parts.scheme == "https"
         self.host = parts.hostname or ""
@@ -432,6 +437,8 @@ class Http1Pool:
         self.base_path = parts.path.rstrip("/")
         self.connect_timeout_s = connect_timeout_s
         self.fail_fast = fail_fast
+        # Time reads by the kernel's arrival stamps (proxy.mirror.stamped): plain TCP only.
+        self.stamped = stamped and not self.https
         self._idle: list[Http1Connection] = []
         self._closed = False
         self._down_until = 0.0
@@ -465,9 +472,13 @@ class Http1Pool:
             raise UpstreamError("connect")  # a dead shadow costs the proxy next to nothing
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await within(loop.create_connection(
-                Http1Connection, self.host, self.port, ssl=True if self.https else None,
-            ), self.connect_timeout_s)
+            if self.stamped:
+                _, conn = await within(open_stamped(Http1Connection, self.host, self.port),
+                                       self.connect_timeout_s)
+            else:
+                _, conn = await within(loop.create_connection(
+                    Http1Connection, self.host, self.port, ssl=True if self.https else None,
+                ), self.connect_timeout_s)
         except asyncio.TimeoutError as exc:
             raise UpstreamError("timeout") from exc
         except OSError as exc:

@@ -204,6 +204,9 @@ def make_session_factory(connect_timeout_s: float) -> SessionFactory:
     """Keep-alive pools; the mirror lane's fail fast while their backend refuses."""
 
     def factory(lane: Lane, url: str) -> Http1Pool:
-        return Http1Pool(url, connect_timeout_s, fail_fast=lane == "mirror")
+        mirror = lane == "mirror"
+        # Mirrors are read by the capture worker at a lower priority: their reads are timed
+        # by the kernel's arrival stamps, so a late read does not make a backend look slow.
+        return Http1Pool(url, connect_timeout_s, fail_fast=mirror, stamped=mirror)
 
     return factory

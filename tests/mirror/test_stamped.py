@@ -1,0 +1,143 @@
+"""The kernel-stamped transport: reads are timed when the data arrived, not when a busy
+event loop got to them; and it carries whole HTTP exchanges like asyncio's own."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from time import perf_counter
+from typing import Any
+
+from multidict import CIMultiDict
+
+from proxy.mirror.http1 import Http1Pool
+from proxy.mirror.stamped import open_stamped
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.reads: list[tuple[bytes, float, float]] = []  # data, stamp, read time
+        self.lost: asyncio.Future[Exception | None] = \
+            asyncio.get_running_loop().create_future()
+        self.transport: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received_at(self, data: bytes, t: float) -> None:
+        self.reads.append((data, t, perf_counter()))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(exc)
+
+
+def _server(script: Any) -> tuple[int, threading.Thread]:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn, listener:
+            script(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return int(listener.getsockname()[1]), thread
+
+
+async def test_a_read_is_timed_at_arrival_even_when_the_loop_was_busy() -> None:
+    sent_at: list[float] = []
+
+    def script(conn: socket.socket) -> None:
+        conn.recv(100)
+        sent_at.append(perf_counter())
+        conn.sendall(b"event one")
+        time.sleep(0.5)
+
+    port, thread = _server(script)
+    transport, recorder = await open_stamped(Recorder, "127.0.0.1", port)
+    transport.write(b"go")
+    # The loop is busy elsewhere (never yields) while the data waits in the socket.
+    while not sent_at:
+        time.sleep(0.001)
+    time.sleep(0.3)
+    while not recorder.reads:
+        await asyncio.sleep(0.001)
+    data, stamp, read = recorder.reads[0]
+    assert data == b"event one"
+    assert read - sent_at[0] >= 0.29  # read late...
+    assert stamp - sent_at[0] < 0.05  # ...timed on arrival
+    transport.close()
+    assert await recorder.lost is None
+    thread.join(2)
+
+
+async def test_a_large_write_is_buffered_and_the_peer_closing_ends_the_connection() -> None:
+    got = bytearray()
+    payload = b"x" * (8 * 1024 * 1024)
+
+    def script(conn: socket.socket) -> None:
+        time.sleep(0.2)  # let the client's socket buffer fill first
+        while len(got) < len(payload):
+            chunk = conn.recv(1 << 20)
+            if not chunk:
+                break
+            got.extend(chunk)
+        conn.sendall(b"done")
+
+    port, thread = _server(script)
+    transport, recorder = await open_stamped(Recorder, "127.0.0.1", port)
+    transport.write(payload)
+    assert await asyncio.wait_for(recorder.lost, 10) is None
+    thread.join(2)
+    assert bytes(got) == payload
+    assert b"".join(r[0] for r in recorder.reads) == b"done"
+
+
+async def test_a_refused_connect_raises() -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))  # bound, not listening: refused
+    port = holder.getsockname()[1]
+    try:
+        await open_stamped(Recorder, "127.0.0.1", port)
+    except OSError:
+        pass
+    else:
+        raise AssertionError("connect to a closed port succeeded")
+    finally:
+        holder.close()
+
+
+async def test_a_stamped_pool_reads_a_chunked_stream_whole(aiohttp_server: Any) -> None:
+    from aiohttp import web
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for i in range(20):
+            await response.write(f"data: {i}\n\n".encode())
+            await asyncio.sleep(0.002)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", stream)
+    server = await aiohttp_server(app)
+    pool = Http1Pool(str(server.make_url("")).rstrip("/"), stamped=True)
+    assert pool.stamped
+    pieces: list[tuple[bytes, float]] = []
+    for _ in range(2):  # the second request reuses the kept-alive stamped connection
+        pieces.clear()
+        head = await pool.fetch("POST", "/v1/completions", CIMultiDict(), b"{}",
+                                lambda conn: lambda p, t: pieces.append((p, t)))
+        assert head.status == 200
+        assert b"".join(p for p, _ in pieces) == b"".join(
+            f"data: {i}\n\n".encode() for i in range(20))
+        times = [t for _, t in pieces]
+        assert times == sorted(times)
+    await pool.close()
