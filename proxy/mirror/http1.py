@@ -141,6 +141,7 @@ class Http1Connection(asyncio.Protocol):
         self.keep_alive = True
         self.idle_since = 0.0
         self.received = 0  # body bytes fed for the current request
+        self.sent_at = 0.0  # perf_counter time the current request went to the socket
         self.head: Head | None = None
         self._head_waiter: asyncio.Future[Head] | None = None
         self._done: asyncio.Future[None] | None = None
@@ -177,6 +178,7 @@ class Http1Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self._head_waiter = loop.create_future()
         assert self.transport is not None
+        self.sent_at = perf_counter()
         self.transport.write(request)
         return self._head_waiter
 

@@ -80,6 +80,9 @@ async def fetch_capture(
         nonlocal status
         assert conn.head is not None
         status = conn.head.status
+        # Timed from the moment the request went out, as the primary's is: a worker that
+        # waited for the CPU (or a connection) before sending has not made the backend slow.
+        builder.t_start = conn.sent_at
         parse = builder.on_chunk if conn.head.content_type == "text/event-stream" \
             else builder.on_body
 

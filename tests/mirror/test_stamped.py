@@ -49,6 +49,13 @@ def _server(script: Any) -> tuple[int, threading.Thread]:
     return int(listener.getsockname()[1]), thread
 
 
+def _busy_until_sent(sent_at: list[float], then_s: float) -> None:
+    """The loop is busy elsewhere (never yields) while the data waits in the socket."""
+    while not sent_at:
+        time.sleep(0.001)
+    time.sleep(then_s)
+
+
 async def test_a_read_is_timed_at_arrival_even_when_the_loop_was_busy() -> None:
     sent_at: list[float] = []
 
@@ -61,10 +68,7 @@ async def test_a_read_is_timed_at_arrival_even_when_the_loop_was_busy() -> None:
     port, thread = _server(script)
     transport, recorder = await open_stamped(Recorder, "127.0.0.1", port)
     transport.write(b"go")
-    # The loop is busy elsewhere (never yields) while the data waits in the socket.
-    while not sent_at:
-        time.sleep(0.001)
-    time.sleep(0.3)
+    _busy_until_sent(sent_at, 0.3)
     while not recorder.reads:
         await asyncio.sleep(0.001)
     data, stamp, read = recorder.reads[0]
@@ -112,6 +116,10 @@ async def test_a_refused_connect_raises() -> None:
         holder.close()
 
 
+def _append_to(pieces: list[tuple[bytes, float]]) -> Any:
+    return lambda payload, t: pieces.append((payload, t))
+
+
 async def test_a_stamped_pool_reads_a_chunked_stream_whole(aiohttp_server: Any) -> None:
     from aiohttp import web
 
@@ -134,10 +142,37 @@ async def test_a_stamped_pool_reads_a_chunked_stream_whole(aiohttp_server: Any) 
     for _ in range(2):  # the second request reuses the kept-alive stamped connection
         pieces.clear()
         head = await pool.fetch("POST", "/v1/completions", CIMultiDict(), b"{}",
-                                lambda conn: lambda p, t: pieces.append((p, t)))
+                                lambda conn: _append_to(pieces))
         assert head.status == 200
         assert b"".join(p for p, _ in pieces) == b"".join(
             f"data: {i}\n\n".encode() for i in range(20))
         times = [t for _, t in pieces]
         assert times == sorted(times)
     await pool.close()
+
+
+async def test_a_shadow_is_timed_from_its_send_to_its_arrival(aiohttp_server: Any) -> None:
+    """A worker that waits for the CPU before sending, and again before reading, still
+    measures the backend's own time to first token (20 ms here), not its own waits."""
+    from proxy.mirror.config import RouteConfig
+    from proxy.mirror.routing import Router, make_session_factory
+    from proxy.mirror.shadow import fetch_capture
+    from proxy.sim.app import make_sim_app
+    from proxy.sim.config import SimConfig
+
+    server = await aiohttp_server(make_sim_app(SimConfig(ttft_ms=20.0, itl_ms=1.0)))
+    url = str(server.make_url("")).rstrip("/")
+    router = Router(RouteConfig(url, url), make_session_factory(5.0))
+    shadow = router.routes.shadow
+    assert shadow is not None
+    body = b'{"model": "sim-model", "prompt": "hi", "max_tokens": 4, "stream": true}'
+    headers = CIMultiDict({"Content-Type": "application/json"})
+    task = asyncio.create_task(fetch_capture(shadow, "shadow", url, "/v1/completions",
+                                             headers, body, 10.0))
+    loop = asyncio.get_running_loop()
+    loop.call_soon(time.sleep, 0.3)  # busy before the request is sent...
+    loop.call_later(0.05, time.sleep, 0.3)  # ...and while its answer arrives
+    capture = await task
+    await router.close()
+    assert capture.error is None and capture.ttft_s is not None
+    assert 0.015 < capture.ttft_s < 0.2, capture.ttft_s
