@@ -108,7 +108,7 @@ def test_full_cutover_under_streaming_load(docker_client: Any, stack: dict[str, 
         stack["old"].reload()
         assert stack["old"].status == "exited"  # kept for a rollback
         (new,) = _ours(docker_client, stack["old"])
-        assert new.status == "running" and new.image.tags[0] == stack["new_image"]
+        assert new.status == "running" and new.attrs["Config"]["Image"] == stack["new_image"]
         assert proxy.routes()["primary"] == new_url and proxy.routes()["shadow"] is None
         status = cutover_cli(proxy, "status", "--json")
         assert status.returncode == 0, status.stderr
