@@ -149,14 +149,20 @@ class _Conn(asyncio.Protocol):
         self._answers[0] += 1
 
 
+def answer_events(n_tokens: int, chat: bool = False, model: str = _MODEL,
+                  token_ids: bool = False) -> tuple[bytes, ...]:
+    """The SSE events of one streamed answer, as this backend sends them ([DONE] apart)."""
+    request = {"model": model, "return_token_ids": token_ids}
+    return tuple(
+        _event(_delta(request, f" t{i}", i, "length" if i == n_tokens - 1 else None, chat))
+        for i in range(n_tokens)
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def _rendered(n_tokens: int, chat: bool, model: str, token_ids: bool) -> tuple[bytes, ...]:
     """The chunked-encoded events of one answer: rendered once, so serving costs only writes."""
-    request = {"model": model, "return_token_ids": token_ids}
-    return tuple(
-        _chunk(_event(_delta(request, f" t{i}", i, "length" if i == n_tokens - 1 else None, chat)))
-        for i in range(n_tokens)
-    )
+    return tuple(_chunk(e) for e in answer_events(n_tokens, chat, model, token_ids))
 
 
 def _delta(request: dict, text: str, index: int, finish: str | None, chat: bool) -> dict:
@@ -174,6 +180,12 @@ def _delta(request: dict, text: str, index: int, finish: str | None, chat: bool)
         "model": request.get("model", _MODEL),
         "choices": [choice],
     }
+
+
+def full_answer(n_tokens: int, chat: bool = False, model: str = _MODEL) -> bytes:
+    """The JSON body of one unstreamed answer, as this backend sends it."""
+    texts = [f" t{i}" for i in range(n_tokens)]
+    return json.dumps(_full({"model": model}, texts, chat, 1700000000)).encode()
 
 
 def _full(request: dict, texts: list[str], chat: bool, created: float) -> dict:
