@@ -1,7 +1,7 @@
 """Benchmark of the mirroring proxy against direct access and nginx, all in one run.
 
     python bench/proxy_bench.py            # full run (about 17 minutes, 3 rounds of 8 s)
-    python bench/proxy_bench.py --quick    # about 7 minutes, 3 rounds of 3 s
+    python bench/proxy_bench.py --quick    # about 9 minutes, 3 rounds of 3 s
     python bench/proxy_bench.py --smoke    # seconds per scenario; proves the harness runs (CI)
 
 Prints a table (each figure's median over the interleaved rounds and its min..max, its
