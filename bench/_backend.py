@@ -3,8 +3,10 @@
 Used when the project's own simulator (`vllm-cutover sim`) is not wanted or not there
 (`--backend inline`). It answers POST /v1/completions and /v1/chat/completions with
 `max_tokens` deterministic tokens, streamed (one chunked-encoding chunk per SSE event,
-as vLLM sends them) or not, after `--ttft-ms`, one token every `--itl-ms`. Any other
-path answers a small JSON document (/health, /version, /v1/models, /tokenize).
+as vLLM sends them) or not, after `--ttft-ms`, one token every `--itl-ms`. GET
+/_bench/answers says how many generation answers it wrote to the end (a mirror target's
+count shows how many mirrors a relay really delivered). Any other path answers a small
+JSON document (/health, /version, /v1/models, /tokenize).
 
 Run: python bench/_backend.py --port P [--ttft-ms 0] [--itl-ms 0]
 """
@@ -31,7 +33,8 @@ def _event(obj: object) -> bytes:
 class _Conn(asyncio.Protocol):
     """One keep-alive client connection: parse requests, stream answers."""
 
-    def __init__(self, ttft_s: float, itl_s: float) -> None:
+    def __init__(self, ttft_s: float, itl_s: float, answers: list[int]) -> None:
+        self._answers = answers  # shared by the server's connections: [answers written whole]
         self._ttft_s = ttft_s
         self._itl_s = itl_s
         self._buf = b""
@@ -93,6 +96,8 @@ class _Conn(asyncio.Protocol):
                 await self._generate(body, chat=path.startswith(b"/v1/chat"))
             elif path.startswith(b"/tokenize"):
                 self._write_json(200, _tokenize(body))
+            elif path.startswith(b"/_bench/answers"):
+                self._write_json(200, {"answers": self._answers[0]})
             else:
                 self._write_json(200, {"status": "ok", "version": "0.0.0-bench"})
 
@@ -120,6 +125,7 @@ class _Conn(asyncio.Protocol):
         if not stream:
             await asyncio.sleep(self._itl_s * max(0, n_tokens - 1))
             self._write_json(200, _full(request, texts, chat, started))
+            self._answers[0] += 1
             return
         transport = self._transport
         if transport is None:
@@ -140,16 +146,23 @@ class _Conn(asyncio.Protocol):
                 return
             transport.write(chunk)
         transport.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        self._answers[0] += 1
+
+
+def answer_events(n_tokens: int, chat: bool = False, model: str = _MODEL,
+                  token_ids: bool = False) -> tuple[bytes, ...]:
+    """The SSE events of one streamed answer, as this backend sends them ([DONE] apart)."""
+    request = {"model": model, "return_token_ids": token_ids}
+    return tuple(
+        _event(_delta(request, f" t{i}", i, "length" if i == n_tokens - 1 else None, chat))
+        for i in range(n_tokens)
+    )
 
 
 @functools.lru_cache(maxsize=64)
 def _rendered(n_tokens: int, chat: bool, model: str, token_ids: bool) -> tuple[bytes, ...]:
     """The chunked-encoded events of one answer: rendered once, so serving costs only writes."""
-    request = {"model": model, "return_token_ids": token_ids}
-    return tuple(
-        _chunk(_event(_delta(request, f" t{i}", i, "length" if i == n_tokens - 1 else None, chat)))
-        for i in range(n_tokens)
-    )
+    return tuple(_chunk(e) for e in answer_events(n_tokens, chat, model, token_ids))
 
 
 def _delta(request: dict, text: str, index: int, finish: str | None, chat: bool) -> dict:
@@ -167,6 +180,12 @@ def _delta(request: dict, text: str, index: int, finish: str | None, chat: bool)
         "model": request.get("model", _MODEL),
         "choices": [choice],
     }
+
+
+def full_answer(n_tokens: int, chat: bool = False, model: str = _MODEL) -> bytes:
+    """The JSON body of one unstreamed answer, as this backend sends it."""
+    texts = [f" t{i}" for i in range(n_tokens)]
+    return json.dumps(_full({"model": model}, texts, chat, 1700000000)).encode()
 
 
 def _full(request: dict, texts: list[str], chat: bool, created: float) -> dict:
@@ -213,8 +232,9 @@ def _dechunk(data: bytes) -> tuple[bytes, int]:
 
 async def serve(host: str, port: int, ttft_ms: float, itl_ms: float) -> None:
     loop = asyncio.get_running_loop()
+    answers = [0]
     server = await loop.create_server(
-        lambda: _Conn(ttft_ms / 1000, itl_ms / 1000), host, port, backlog=4096
+        lambda: _Conn(ttft_ms / 1000, itl_ms / 1000, answers), host, port, backlog=4096
     )
     async with server:
         await server.serve_forever()

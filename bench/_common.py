@@ -8,8 +8,6 @@ returns figures compared with references measured in the same scenario.
 from __future__ import annotations
 
 import contextlib
-import math
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -19,7 +17,13 @@ from _load import LoadResult, LoadSpec
 from _paths import BackendKind, Layout, Server, backend, bare_relay, mirroring_proxy, nginx
 from _procs import free_port
 
-PathName = Literal["direct", "proxy", "nginx", "nginx-plain", "bare", "unsampled"]
+PathName = Literal["direct", "proxy", "nginx-plain", "nginx-mirror", "nginx",
+                   "nginx-mirror-headers", "bare", "unsampled"]
+# The order each round runs them in: the two mirroring peers apart, so what one leaves
+# in flight at its window's end does not land in the other's window.
+ALL_PATHS: tuple[PathName, ...] = ("direct", "proxy", "nginx-plain", "nginx-mirror", "nginx",
+                                   "nginx-mirror-headers", "bare", "unsampled")
+MIRRORING_PATHS = ("proxy", "nginx-mirror", "nginx-mirror-headers")
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ def servers_for(cfg: BenchConfig, layout: Layout, tmp: Path, ttft_ms: float, itl
     cfg.paths in front of the primary; yields {path: Server}, "direct" being the primary."""
     with contextlib.ExitStack() as stack:
         roles = ["primary"]
-        if "proxy" in cfg.paths:
+        if set(MIRRORING_PATHS) & set(cfg.paths):
             roles += ["shadow", "baseline"] if cfg.baseline else ["shadow"]
         elif "unsampled" in cfg.paths:
             roles += ["shadow"]
@@ -109,21 +113,23 @@ def servers_for(cfg: BenchConfig, layout: Layout, tmp: Path, ttft_ms: float, itl
             for role in roles
         }
         primary = backends["primary"]
-        servers: dict[str, Server] = {"direct": primary}
+        # "shadow": not a path; what the mirror shares count (bench/_evidence.py).
+        servers: dict[str, Server] = {"direct": primary, **{
+            role: b for role, b in backends.items() if role == "shadow"}}
         if "proxy" in cfg.paths:
             servers["proxy"] = stack.enter_context(mirroring_proxy(
                 layout, free_port(), primary.url, backends["shadow"].url,
                 backends["baseline"].url if "baseline" in backends else None,
                 tmp / f"records-{primary.port}.sqlite", cfg.proxy_args,
             ))
-        if "nginx" in cfg.paths:
-            servers["nginx"] = stack.enter_context(
-                nginx(layout, free_port(), primary.port, tmp / f"nginx-{primary.port}")
-            )
-        if "nginx-plain" in cfg.paths:
-            servers["nginx-plain"] = stack.enter_context(nginx(
-                layout, free_port(), primary.port, tmp / f"nginx-plain-{primary.port}", plain=True
-            ))
+        mirror_ports = [backends[r].port for r in ("shadow", "baseline") if r in backends]
+        kinds = {"nginx": "streaming", "nginx-plain": "plain", "nginx-mirror": "mirror",
+                 "nginx-mirror-headers": "mirror-headers"}
+        for path, kind in kinds.items():
+            if path in cfg.paths:
+                servers[path] = stack.enter_context(nginx(
+                    layout, path, free_port(), primary.port, tmp / f"{path}-{primary.port}",
+                    kind, mirror_ports))  # type: ignore[arg-type]
         if "bare" in cfg.paths:
             servers["bare"] = stack.enter_context(bare_relay(layout, free_port(), primary.url))
         if "unsampled" in cfg.paths:  # the proxy's relay alone: --sample-rate 0
@@ -132,13 +138,6 @@ def servers_for(cfg: BenchConfig, layout: Layout, tmp: Path, ttft_ms: float, itl
                 tmp / f"unsampled-{primary.port}.sqlite", cfg.proxy_args, sample_rate=0.0,
             ))
         yield servers
-
-
-
-
-def median(values: list[float]) -> float:
-    clean = [v for v in values if not math.isnan(v)]
-    return statistics.median(clean) if clean else float("nan")
 
 
 def ttft_ms(result: LoadResult, q: float) -> float:

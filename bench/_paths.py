@@ -7,13 +7,14 @@ and yields a `Server` (port and PID); leaving the block stops it.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from _procs import at_idle_priority, pinned, python, scrape_counters, started
-from nginx import nginx_argv
+from _procs import at_idle_priority, pinned, python, scrape_counters, scrape_json, started
+from nginx import NginxKind, nginx_argv
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -109,16 +110,21 @@ def mirroring_proxy(
         yield Server("proxy", port, proc.pid)
 
 
-def mirror_counters(proxy: Server) -> dict[str, float]:
+def mirror_counters(proxy: Server) -> dict[str, float] | None:
     """The proxy's mirrored / dropped counters, from its own metrics path on the client port."""
     return scrape_counters(proxy.port, PROXY_METRICS_PATH, MIRROR_COUNTERS)
 
 
+def backend_answers(server: Server) -> float:
+    """Generation answers the inline backend wrote to their end (NaN: not the inline one)."""
+    return scrape_json(server.port, "/_bench/answers").get("answers", math.nan)
+
+
 @contextlib.contextmanager
-def nginx(layout: Layout, port: int, upstream_port: int, prefix: Path,
-          plain: bool = False) -> Iterator[Server]:
-    name = "nginx-plain" if plain else "nginx"
-    argv = nginx_argv(prefix, port, upstream_port, layout.relay_cpus, plain)
+def nginx(layout: Layout, name: str, port: int, upstream_port: int, prefix: Path,
+          kind: NginxKind = "streaming", mirror_ports: Sequence[int] = ()) -> Iterator[Server]:
+    """nginx of `kind`; its PID is the master's (CPU and memory add its worker to it)."""
+    argv = nginx_argv(prefix, port, upstream_port, layout.relay_cpus, kind, mirror_ports)
     with _started(argv, port, name, layout) as proc:
         yield Server(name, port, proc.pid)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,15 +212,30 @@ def open_fds(pid: int) -> int:
         return 0
 
 
-def scrape_counters(port: int, path: str, prefixes: Sequence[str]) -> dict[str, float]:
-    """Sum of each Prometheus sample whose name+labels start with one of `prefixes`."""
-    import urllib.request
-
+def _get(port: int, path: str) -> str | None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
-            text = resp.read().decode()
+            return resp.read().decode()
     except OSError:
+        return None
+
+
+def scrape_json(port: int, path: str) -> dict[str, float]:
+    """A JSON object of numbers from a server ({} when it does not answer one)."""
+    text = _get(port, path)
+    try:
+        document = json.loads(text) if text is not None else {}
+    except ValueError:
         return {}
+    return document if isinstance(document, dict) else {}
+
+
+def scrape_counters(port: int, path: str, prefixes: Sequence[str]) -> dict[str, float] | None:
+    """Sum of each Prometheus sample whose name+labels start with one of `prefixes`; None
+    when the server does not answer (a labelled counter has no sample before its first use)."""
+    text = _get(port, path)
+    if text is None:
+        return None
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("#") or " " not in line:

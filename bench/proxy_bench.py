@@ -1,11 +1,13 @@
 """Benchmark of the mirroring proxy against direct access and nginx, all in one run.
 
-    python bench/proxy_bench.py            # full run (5-7 minutes)
-    python bench/proxy_bench.py --quick    # about 1-2 minutes
-    python bench/proxy_bench.py --smoke    # seconds; proves the harness runs (CI)
+    python bench/proxy_bench.py            # full run (about 17 minutes, 3 rounds of 8 s)
+    python bench/proxy_bench.py --quick    # about 9 minutes, 3 rounds of 3 s
+    python bench/proxy_bench.py --smoke    # seconds per scenario; proves the harness runs (CI)
 
-Prints a table (each figure with its same-run reference, delta or ratio, target and
-PASS/FAIL) and writes the figures and raw numbers as JSON (--json-out). See bench/README.md.
+Prints a table (each figure's median over the interleaved rounds and its min..max, its
+same-run reference, delta or ratio, target and verdict: PASS when every round meets the
+target, FAIL when none does, "noise" otherwise) and writes the figures and raw numbers as
+JSON (--json-out). See bench/README.md.
 """
 
 from __future__ import annotations
@@ -24,15 +26,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _capacity import memory_use, paced, throughput
-from _common import BenchConfig
-from _figures import render_table, verdict
-from _latency import impact, latency
+from _capacity import paced, throughput
+from _common import ALL_PATHS, BenchConfig
+from _figures import render_table
+from _impact import impact
+from _latency import latency
+from _memory import memory_use
 from _paths import Layout
 from _procs import cpu_count, raise_nofile
 from nginx import nginx_binary
 
-ALL_PATHS = ("direct", "proxy", "nginx-plain", "nginx", "bare", "unsampled")
+DEFAULT_PATHS = ("direct", "proxy", "nginx-plain", "nginx-mirror", "nginx", "bare", "unsampled")
 SCENARIOS = {"latency": latency, "throughput": throughput, "paced": paced, "impact": impact,
              "memory": memory_use}
 log = logging.getLogger("proxy_bench")
@@ -43,15 +47,15 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     for path in paths:
         if path not in ALL_PATHS:
             raise SystemExit(f"--paths: unknown path {path!r} (choose from {', '.join(ALL_PATHS)})")
-    if "direct" not in paths:
-        paths = ("direct", *paths)
+    # Each round runs them in ALL_PATHS's order, direct first.
+    paths = tuple(p for p in ALL_PATHS if p in paths or p == "direct")
     scenarios = tuple(s.strip() for s in args.scenarios.split(",") if s.strip())
     for name in scenarios:
         if name not in SCENARIOS:
             raise SystemExit(f"--scenarios: unknown scenario {name!r} (choose from {', '.join(SCENARIOS)})")
     backend = args.backend
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    sizes = {"full": (8.0, 1.0, 2), "quick": (4.0, 1.0, 1), "smoke": (1.0, 0.3, 1)}[mode]
+    sizes = {"full": (8.0, 1.0, 3), "quick": (3.0, 1.0, 3), "smoke": (1.0, 0.3, 1)}[mode]
     cfg = BenchConfig(
         mode=mode, paths=paths, scenarios=scenarios, backend=backend,  # type: ignore[arg-type]
         duration_s=args.duration or sizes[0], warmup_s=sizes[1], reps=args.reps or sizes[2],
@@ -74,7 +78,7 @@ def run(cfg: BenchConfig, json_out: Path | None, keep_logs: bool) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
     layout = Layout(relay_cpus=(cpus[0],) if two_cores else (),
                     load_cpus=tuple(cpus[1:]) if two_cores else (), log_dir=tmp)
-    if {"nginx", "nginx-plain"} & set(cfg.paths) and nginx_binary() is None:
+    if any(p.startswith("nginx") for p in cfg.paths) and nginx_binary() is None:
         raise SystemExit("nginx is not installed (Debian package `nginx`); or drop it from --paths")
     print(f"proxy_bench: mode={cfg.mode} backend={cfg.backend} paths={','.join(cfg.paths)} "
           f"relay cpus={layout.relay_cpus or 'any'} load+backend cpus={layout.load_cpus or 'any'} "
@@ -96,8 +100,9 @@ def run(cfg: BenchConfig, json_out: Path | None, keep_logs: bool) -> int:
     print()
     print(render_table(figures))
     failed_requests = {k: v for k, v in errors.items() if v}
-    verdicts = [f.passed for f in figures if f.passed is not None]
-    print(f"\ntargets: {verdicts.count(True)} PASS, {verdicts.count(False)} FAIL; "
+    verdicts = [f.verdict for f in figures if f.verdict != "-"]
+    print(f"\ntargets: {verdicts.count('PASS')} PASS, {verdicts.count('FAIL')} FAIL, "
+          f"{verdicts.count('noise')} within noise (over {cfg.reps} rounds); "
           f"failed requests: {failed_requests or 'none'}; took {time.perf_counter() - started:.0f} s; "
           f"load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} (other work on the machine "
           "skews every figure; same-run references absorb part of it)")
@@ -106,7 +111,7 @@ def run(cfg: BenchConfig, json_out: Path | None, keep_logs: bool) -> int:
             "config": asdict(cfg),
             "host": {"cpus": cpu_count(), "python": platform.python_version(),
                      "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
-            "figures": [f.to_json() | {"verdict": verdict(f.passed)} for f in figures],
+            "figures": [f.to_json() for f in figures],
             "raw": raw, "errors": errors, "took_s": time.perf_counter() - started,
         }
         json_out.write_text(json.dumps(document, indent=2, default=str) + "\n")
@@ -117,13 +122,16 @@ def run(cfg: BenchConfig, json_out: Path | None, keep_logs: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="short run, one round (~1-2 min)")
+    size.add_argument("--quick", action="store_true", help="short run: 3 rounds of 3 s")
     size.add_argument("--smoke", action="store_true", help="tiny scale: proves the harness runs")
-    parser.add_argument("--paths", default="direct,proxy,nginx-plain,nginx,bare,unsampled",
-                        help="paths to measure (direct is always measured; `nginx-plain`: the "
-                        "Debian package's defaults with only proxy_pass, `nginx`: tuned for "
-                        "streaming; `unsampled`: the proxy with --sample-rate 0, its relay "
-                        "alone; default: %(default)s)")
+    parser.add_argument("--paths", default=",".join(DEFAULT_PATHS),
+                        help="paths to measure, from: " + ", ".join(ALL_PATHS) + " (direct is "
+                        "always measured; `nginx-plain`: the Debian package's defaults with "
+                        "only proxy_pass, `nginx`: tuned for streaming, `nginx-mirror`: that "
+                        "plus nginx's mirror to the shadow and the baseline, reading their "
+                        "answers, `nginx-mirror-headers`: nginx's mirror as shipped, reading "
+                        "only their heads; `unsampled`: the proxy with --sample-rate 0, its "
+                        "relay alone; default: %(default)s)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help="scenarios to run (default: %(default)s)")
     parser.add_argument("--backend", choices=("inline", "sim"), default="inline",
@@ -131,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                         "so the proxy path's three backends do not slow the primary's on the "
                         "shared load core) or the project's `vllm-cutover sim`")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds per measurement")
-    parser.add_argument("--reps", type=int, default=0, help="interleaved rounds per path")
+    parser.add_argument("--reps", type=int, default=0,
+                        help="interleaved rounds per path (default: 3; 1 with --smoke)")
     parser.add_argument("--load-processes", type=int, default=1)
     parser.add_argument("--latency-tokens", type=int, default=64,
                         help="tokens per request in the latency scenario (default: %(default)s)")

@@ -202,7 +202,10 @@ class CaptureBuilder:
         self.events += 1
         choices = obj.get("choices")
         if choices:
-            self._absorb_choices(choices)
+            if type(choices) is list and len(choices) == 1 and type(choices[0]) is dict:
+                self._absorb_choice(choices[0])  # n=1, what nearly every stream is
+            else:
+                self._absorb_choices(choices)
             if self._error is None:  # any chunk with choices, output or not (vllm bench serve)
                 if self._t_first is None:
                     self._t_first = t

@@ -51,8 +51,14 @@ class SSEDecoder:
         """Like `feed`, but only each event's data, undecoded (what a capture needs).
 
         A chunk made of whole one-line `data: ...` events (what vLLM writes) is split
-        in one pass; anything else takes the general line-by-line path.
+        in one pass, one such event (one per chunk, as vLLM sends them) without a copy
+        beyond its data; anything else takes the general line-by-line path.
         """
+        if (not self._partial and not self._data and not self._skip_lf
+                and chunk[:6] == b"data: " and chunk.find(b"\n") == len(chunk) - 2
+                and chunk[-1] == 0x0A and b"\r" not in chunk):
+            self._event = None
+            return [chunk[6:-2]]
         if (chunk[-2:] == b"\n\n" and not self._partial and not self._data
                 and not self._skip_lf and b"\r" not in chunk):
             out: list[bytes] = []

@@ -92,3 +92,20 @@ def test_overlong_line_raises_value_error() -> None:
     decoder = SSEDecoder(max_line_bytes=16)
     with pytest.raises(ValueError, match="longer than 16"):
         decoder.feed(b"data: " + b"x" * 20)
+
+
+def test_feed_data_gives_the_data_of_feed_for_one_event_per_chunk_and_around_it() -> None:
+    # The one-event-per-chunk shortcut must not take a chunk it does not fully understand.
+    chunks = [b"data: a\n\n", b"data: \n\n", b"data:b\n\n", b"data: c\r\n\r\n", b"data: d\r\r",
+              b"event: x\ndata: e\n\n", b"data: f\ndata: g\n\n", b"data: h\n", b"\n",
+              b"data: i", b"\n\n", b"data: j\r", b"\ndata: k\n\n", b": ping\n\n",
+              b"data: l\n\ndata: m\n\n", b"data: \xff\n\n", b"id: 3\n\ndata: n\n\n",
+              b"data: o\rp\n\n", b"data: q\r\n\n"]
+    rng = random.Random(7)
+    for _ in range(300):
+        stream = [rng.choice(chunks) for _ in range(rng.randint(1, 12))]
+        by_event, by_data = SSEDecoder(), SSEDecoder()
+        events = [e.data for c in stream for e in by_event.feed(c)] + \
+            [e.data for e in by_event.flush()]
+        datas = [d for c in stream for d in by_data.feed_data(c)] + by_data.flush_data()
+        assert [d.decode("utf-8", "replace") for d in datas] == events, stream
