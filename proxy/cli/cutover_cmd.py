@@ -88,6 +88,12 @@ def _start_arguments(p: argparse.ArgumentParser) -> None:
                    help="time for the gate to pass before an abort (default 1800)")
     p.add_argument("--min-samples", type=int, metavar="N",
                    help="new-vs-old comparisons needed to promote (default 50)")
+    p.add_argument("--analysis-delay", type=float, metavar="S",
+                   help="the new one's first S seconds as a shadow do not count toward the "
+                        "gate: a just-started engine is not yet at its speed (default 10)")
+    p.add_argument("--failure-limit", type=int, metavar="N",
+                   help="failing gate evaluations in a row (one per second) before an abort "
+                        "or a rollback (default 3)")
     p.add_argument("--manual-promote", action="store_true",
                    help="wait for `promote` instead of promoting when the gate passes")
     p.add_argument("--post-promotion", type=float, metavar="S",
@@ -111,11 +117,11 @@ def start_request(args: argparse.Namespace) -> dict[str, Any]:
 
     body: dict[str, Any] = {}
     for flag in ("old", "old_url", "new_image", "new_url", "new_name", "baseline_url",
-                 "served_model_name", "backup_image", "min_samples"):
+                 "served_model_name", "backup_image", "min_samples", "failure_limit"):
         if getattr(args, flag) is not None:
             body[flag] = getattr(args, flag)
     for flag in ("warmup_timeout", "analysis_timeout", "post_promotion", "scale_down_delay",
-                 "shutdown_grace"):
+                 "shutdown_grace", "analysis_delay"):
         if getattr(args, flag) is not None:
             body[f"{flag}_s"] = getattr(args, flag)
     for flag in ("remove_old", "keep_failed"):

@@ -11,6 +11,8 @@ from proxy.cutover.phases import (
     WAIT,
     Step,
     failed,
+    count_failure,
+    failures,
     gate_summary,
     new_gone,
     rollback,
@@ -34,9 +36,11 @@ def post_promotion(state: CutoverState, obs: Observation, now: float) -> Step:
     if obs.gate is not None:
         state = replace(state, verdict=obs.gate.verdict, reasons=obs.gate.reasons,
                         samples=obs.gate.samples)
-        if obs.gate.verdict == "fail":
+        state = count_failure(state, obs.gate.verdict)
+        if state.gate_failures >= state.spec.failure_limit:
             reasons = "; ".join(obs.gate.reasons) or "no reason given"
-            return rollback(state, f"post-promotion gate failed: {reasons}", now)
+            return rollback(state, f"post-promotion gate failed ({failures(state)}): "
+                            f"{reasons}", now)
     if state.deadline_unix is not None and now >= state.deadline_unix:
         return state.moved(Phase.DRAINING_OLD, f"post-promotion window of "
                            f"{state.spec.post_promotion_s:g}s passed ({gate_summary(state)})",

@@ -129,6 +129,8 @@ class CutoverState:
     old_stopped: bool = False
     rollback_started_unix: float | None = None
     rollback_s: float | None = None  # from the rollback request to old serving again
+    analysis_since_unix: float | None = None  # evidence counts from here (shadowing + delay)
+    gate_failures: int = 0  # consecutive failing gate evaluations
     backup_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -147,6 +149,8 @@ class CutoverState:
             "old_stopped": self.old_stopped,
             "rollback_started_unix": self.rollback_started_unix,
             "rollback_s": self.rollback_s, "backup_bytes": self.backup_bytes,
+            "analysis_since_unix": self.analysis_since_unix,
+            "gate_failures": self.gate_failures,
             # What `vllm-cutover report --state-file` reads: this cutover's records only.
             "evidence": self.evidence.to_json() if self.evidence is not None else None,
         }
@@ -156,7 +160,9 @@ class CutoverState:
         """The records that count for this cutover (none before the new one has a URL)."""
         if self.new is None:
             return None
-        return EvidenceWindow(self.started_unix, self.old.url, self.new.url, self.baseline_url)
+        since = self.analysis_since_unix if self.analysis_since_unix is not None \
+            else self.started_unix
+        return EvidenceWindow(since, self.old.url, self.new.url, self.baseline_url)
 
     @classmethod
     def from_json(cls, data: Any) -> CutoverState:

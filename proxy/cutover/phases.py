@@ -85,6 +85,15 @@ def passing(state: CutoverState) -> bool:
     return state.verdict == "pass" and state.samples >= state.spec.min_samples
 
 
+def count_failure(state: CutoverState, verdict: str) -> CutoverState:
+    """The run of failing evaluations, with this one counted (any other verdict ends it)."""
+    return replace(state, gate_failures=state.gate_failures + 1 if verdict == "fail" else 0)
+
+
+def failures(state: CutoverState) -> str:
+    return f"{state.gate_failures} evaluations in a row"
+
+
 def gate_summary(state: CutoverState) -> str:
     return f"gate {state.verdict or 'not evaluated'}, {state.samples}/{state.spec.min_samples} samples"
 
@@ -149,7 +158,8 @@ def warming(state: CutoverState, obs: Observation, now: float) -> Step:
                   f"{list(warm.models)!r}, a completion answered")
         return state.moved(Phase.SHADOWING, reason, now,
                            new=replace(state.new, vllm_version=warm.vllm_version),
-                           deadline_unix=now + state.spec.analysis_timeout_s), WAIT
+                           deadline_unix=now + state.spec.analysis_timeout_s,
+                           analysis_since_unix=now + state.spec.analysis_delay_s), WAIT
     note = warm.error if warm is not None else state.note
     if state.deadline_unix is not None and now >= state.deadline_unix:
         return fail(state, f"the new backend was not ready within "
@@ -179,9 +189,11 @@ def shadowing(state: CutoverState, obs: Observation, now: float) -> Step:
         state = replace(state, pending=None,
                         note=f"promote not done: {gate_summary(state)} (--force skips the gate)")
     if obs.gate is not None:
-        if obs.gate.verdict == "fail":
+        state = count_failure(state, obs.gate.verdict)
+        if state.gate_failures >= state.spec.failure_limit:
             reasons = "; ".join(obs.gate.reasons) or "no reason given"
-            return fail(state, f"gate failed while shadowing: {reasons}", now, Phase.ABORTED)
+            return fail(state, f"gate failed while shadowing ({failures(state)}): {reasons}",
+                        now, Phase.ABORTED)
         if passing(state) and state.spec.auto_promote:
             return state.moved(Phase.PROMOTING, f"{gate_summary(state)}: promoting", now), WAIT
     if state.deadline_unix is not None and now >= state.deadline_unix:

@@ -49,6 +49,12 @@ class CutoverSpec:
     warmup_timeout_s: float = 900.0
     analysis_timeout_s: float = 1800.0
     min_samples: int = 50
+    # The new one's first seconds as a shadow do not count (a just-started engine's cold
+    # caches are not its speed), as Argo Rollouts' analysis `initialDelay`.
+    analysis_delay_s: float = 10.0
+    # Consecutive failing gate evaluations (one per reconciler tick) before an abort or a
+    # rollback, as Argo Rollouts' `failureLimit` / Flagger's `threshold`.
+    failure_limit: int = 3
     auto_promote: bool = True
     post_promotion_s: float = 300.0
     scale_down_delay_s: float = 30.0  # as Argo Rollouts' scaleDownDelaySeconds
@@ -101,12 +107,14 @@ class CutoverSpec:
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise SpecError(f"{name} must be > 0 seconds, got {value!r}")
-        for name in ("post_promotion_s", "scale_down_delay_s", "shutdown_grace_s"):
+        for name in ("post_promotion_s", "scale_down_delay_s", "shutdown_grace_s",
+                     "analysis_delay_s"):
             value = getattr(self, name)
             if value is not None and not (value >= 0 and math.isfinite(value)):
                 raise SpecError(f"{name} must be >= 0 seconds, got {value!r}")
-        if self.min_samples < 1:
-            raise SpecError(f"min_samples must be >= 1, got {self.min_samples!r}")
+        for name in ("min_samples", "failure_limit"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"{name} must be >= 1, got {getattr(self, name)!r}")
 
     @property
     def adopt(self) -> bool:

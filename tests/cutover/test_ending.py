@@ -26,7 +26,7 @@ def test_remove_old_at_the_end() -> None:
 
 
 def test_post_promotion_gate_fail_rolls_back() -> None:
-    s = state_in(Phase.POST_PROMOTION, deadline_unix=T0 + 60)
+    s = state_in(Phase.POST_PROMOTION, spec={"failure_limit": 1}, deadline_unix=T0 + 60)
     promoted = routes(NEW_URL, OLD_URL, version=3)
     s, a = advance(s, obs(routes=promoted, new=container(), gate=gate("fail", 30, "TTFT p99")),
                    T0 + 20)

@@ -151,13 +151,30 @@ def test_analysis_timeout_aborts_and_removes_new() -> None:
     assert s.phase is Phase.ABORTED
 
 
-def test_gate_fail_while_shadowing_aborts() -> None:
+def test_gate_fail_while_shadowing_aborts_after_the_failure_limit() -> None:
+    """Three failing evaluations in a row (the default limit) abort; one that does not
+    fail in between starts the count again."""
     s = state_in(Phase.SHADOWING, deadline_unix=T0 + 100)
-    s, a = advance(s, obs(routes=routes(OLD_URL, NEW_URL), new=container(),
-                          gate=gate("fail", 40, "match rate 0.42 < 0.90")), T0 + 9)
+    failing = gate("fail", 40, "match rate 0.42 < 0.90")
+    at = T0 + 9
+    for verdict in (failing, failing, gate("inconclusive", 41), failing, failing):
+        s, a = advance(s, obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=verdict),
+                       at)
+        assert s.phase is Phase.SHADOWING and isinstance(a, Wait)
+        at += 1
+    assert s.gate_failures == 2
+    s, a = advance(s, obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=failing), at)
     assert s.phase is Phase.ABORTING and s.end_phase is Phase.ABORTED
-    assert "gate failed while shadowing: match rate 0.42 < 0.90" in (s.error or "")
+    assert "gate failed while shadowing (3 evaluations in a row): match rate 0.42 < 0.90" \
+        in (s.error or "")
     assert a == SetRoutes(OLD_URL, None, None, 1)
+
+
+def test_the_evidence_starts_after_the_analysis_delay() -> None:
+    s = state_in(Phase.WARMING, spec={"analysis_delay_s": 7.0})
+    s, _ = advance(s, obs(routes=routes(), new=container(), warmup=READY), T0 + 5)
+    assert s.phase is Phase.SHADOWING and s.analysis_since_unix == T0 + 12
+    assert s.evidence is not None and s.evidence.since_unix == T0 + 12
 
 
 def test_gate_pass_below_min_samples_waits() -> None:

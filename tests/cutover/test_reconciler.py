@@ -30,8 +30,11 @@ async def test_full_cutover_with_real_http_warmup(world: World) -> None:
     assert world.driver.named("stop") == [("stop", OLD_ID, 30.0)]
     assert end.new is not None and end.new.vllm_version == "0.32.0" and end.old_stopped
     assert world.persisted() == end  # written after every step, the last one included
+    # The evidence counts from the start of shadowing plus the analysis delay.
+    shadowing = next(t.at_unix for t in end.history if t.to_phase is Phase.SHADOWING)
+    assert end.analysis_since_unix == shadowing + FAST["analysis_delay_s"]
     assert {(w.since_unix, w.old_url, w.new_url) for w in world.control.windows} == {
-        (end.started_unix, old, new)}
+        (end.analysis_since_unix, old, new)}
 
 
 @pytest.mark.parametrize("keep_failed", [False, True])

@@ -19,7 +19,8 @@ from tests.cutover.fakes import FakeControl, FakeDriver
 
 FAST: dict[str, Any] = {"old": "vllm-old", "new_image": "vllm:new", "min_samples": 10,
                         "warmup_timeout_s": 5.0, "analysis_timeout_s": 5.0,
-                        "post_promotion_s": 0.05, "scale_down_delay_s": 0.02}
+                        "post_promotion_s": 0.05, "scale_down_delay_s": 0.02,
+                        "analysis_delay_s": 0.0}
 OLD_ID = "old0000000001"
 
 

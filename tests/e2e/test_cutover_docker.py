@@ -30,8 +30,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.slow]
 
 MODEL = "tiny-sim"
 SIM_ARGS = ["--host", "0.0.0.0", "--port", "8000", "--model-name", MODEL,
-            "--ttft-ms", "20", "--itl-ms", "4"]
+            "--ttft-ms", "40", "--itl-ms", "15"]
 FAST_CUTOVER = ["--min-samples", "30", "--analysis-timeout", "120", "--scale-down-delay", "1",
+                "--analysis-delay", "3",
                 "--shutdown-grace", "10"]
 
 
