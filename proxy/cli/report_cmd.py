@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -51,6 +50,8 @@ def _window(args: argparse.Namespace) -> EvidenceWindow | None:
     if args.state_file is not None:
         if named:
             raise ValueError(f"--state-file gives the window: leave out {', '.join(named)}")
+        from proxy.report.load import window_from_state
+
         return window_from_state(args.state_file)
     if not named:
         return None
@@ -62,20 +63,6 @@ def _window(args: argparse.Namespace) -> EvidenceWindow | None:
         normalize_backend_url(args.new_url, "--new-url"),
         normalize_backend_url(args.baseline_url, "--baseline-url")
         if args.baseline_url is not None else None)
-
-
-def window_from_state(path: str) -> EvidenceWindow:
-    """The window of the cutover in the proxy's state file (section "cutover", its
-    "evidence" entry as `EvidenceWindow.to_json()` writes it)."""
-    from proxy.cutover.control import EvidenceWindow
-    from proxy.statefile import StateFile
-
-    if not os.path.isfile(path):
-        raise ValueError(f"no such state file: {path!r}")
-    cutover = StateFile(path).get("cutover")
-    if not isinstance(cutover, dict) or "evidence" not in cutover:
-        raise ValueError(f"state file {path!r} holds no cutover with its evidence window")
-    return EvidenceWindow.from_json(cutover["evidence"])
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -1,17 +1,19 @@
 """`vllm-cutover demo`: the whole story on one machine, no GPU, in well under a minute.
 
 1. the launcher's dry run on the upgrade guide's example command;
-2. three simulated vLLMs: old (primary), new (shadow: slower first token and a
-   few diverging prompts, or healthy), baseline (a second old with its own noise);
-3. the proxy in front of them, mixed client traffic through it, a check that
-   clients get exactly what the old server answers directly;
-4. the live gate from the admin API, then the report (text + offline HTML).
+2. three simulated vLLMs: old (serving), new (healthy, or with a slower first token
+   and a few diverging prompts), baseline (a second old with its own noise);
+3. the proxy in front of the old one alone; a check that clients get exactly what
+   the old server answers directly;
+4. the cutover under steady client traffic: the new one shadowed, judged against
+   old-vs-old noise, promoted with one routing change (the old one then shadows it),
+   drained; or aborted when the gate fails. Every client answer is checked in full;
+5. the report over the cutover's evidence, labelled old and new (text + offline HTML).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -32,7 +34,8 @@ from proxy.demo.processes import (
     start_proxy,
     wait_http,
 )
-from proxy.demo.traffic import DemoRequest, answer_text, demo_requests, fetch, send_all
+from proxy.demo.story import TOKEN, run_cutover
+from proxy.demo.traffic import DemoRequest, answer_text, demo_requests, fetch
 from proxy.mirror.config import default_state_file
 
 Scenario = Literal["regression", "healthy"]
@@ -60,7 +63,7 @@ DIRECT_CHECKS = 12
 class DemoConfig:
     """Knobs of the demo (the CLI builds it)."""
 
-    scenario: Scenario = "regression"
+    scenario: Scenario = "healthy"
     requests: int = 180
     concurrency: int = 8
     out_dir: str | None = None
@@ -151,49 +154,26 @@ async def _direct_matches(proxy_url: str, old_url: str, requests: list[DemoReque
     return same
 
 
-async def _settle(admin_url: str, expected: int, timeout_s: float) -> dict[str, Any]:
-    """Wait until the proxy has recorded `expected` exchanges and nothing is in flight."""
-    deadline = time.monotonic() + timeout_s
-    stats: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        _, stats = await _get_json(admin_url + "/admin/stats")
-        inflight = (stats.get("live") or {}).get("shadow_inflight", 0)
-        if stats.get("records", 0) >= expected and not inflight:
-            break
-        await asyncio.sleep(0.2)
-    return stats
-
-
 async def _drive(
-    config: DemoConfig, proxy: Child, old: Child, admin_url: str, say: Callable[[str], None]
+    config: DemoConfig, proxy: Child, backends: dict[str, Child], admin_url: str,
+    say: Callable[[str], None]
 ) -> dict[str, Any]:
     await wait_http(proxy, admin_url + "/admin/routes")
     requests = demo_requests(config.requests, MODEL, config.seed)
-    say(
-        f"sending {len(requests)} requests ({config.concurrency} concurrent): chat and "
-        "completions, streamed and not, 2/3 deterministic (temperature 0 or seeded)"
-    )
-    traffic = await send_all(proxy.url, requests, config.concurrency)
-    ttft = sorted(traffic.ttft_s)
-    p50 = ttft[len(ttft) // 2] * 1000 if ttft else float("nan")
-    say(
-        f"  {traffic.sent} sent in {traffic.elapsed_s:.1f} s, statuses {dict(traffic.statuses)}, "
-        f"client failures {dict(traffic.failures) or 'none'}, client TTFT p50 {p50:.1f} ms"
-    )
     checks = [r for r in requests if r.deterministic][:DIRECT_CHECKS]
-    same = await _direct_matches(proxy.url, old.url, checks)
-    say(
-        f"  responses through the proxy identical to the old server's direct answers: "
-        f"{same}/{len(checks)}"
-    )
-    expected = traffic.statuses.get(200, 0) + len(checks)
-    stats = await _settle(admin_url, expected, config.settle_timeout_s)
-    say(
-        f"  proxy recorded {stats.get('records', '?')} mirrored exchanges "
-        f"(expected {expected}); shadow in flight {stats.get('live', {}).get('shadow_inflight')}"
-    )
-    status, gate = await _get_json(admin_url + "/admin/gate")
-    return {"status": status, "gate": gate, "direct_same": same, "direct_checked": len(checks)}
+    same = await _direct_matches(proxy.url, backends["old"].url, checks)
+    say(f"  responses through the proxy identical to the old server's direct answers: "
+        f"{same}/{len(checks)}")
+    say(f"\n== 4. The cutover, under {config.concurrency} clients streaming all along "
+        f"(and {len(requests)} mixed requests while the new one is shadowed)")
+    status, traffic = await run_cutover(proxy.url, admin_url, MODEL, backends["new"].url,
+                                        backends["baseline"].url, requests,
+                                        config.concurrency, say)
+    summary = traffic.summary()
+    say(f"  clients: {summary['requests']} requests through the cutover ({summary['streams']} "
+        f"streamed), {summary['failed']} failed or cut short {summary['errors'] or ''}")
+    return {"status": status, "traffic": summary, "direct_same": same,
+            "direct_checked": len(checks)}
 
 
 def _start_backends(config: DemoConfig, db_path: str, log_dir: Path,
@@ -206,35 +186,36 @@ def _start_backends(config: DemoConfig, db_path: str, log_dir: Path,
     for name, process in spawned.items():
         children.append(sim_ready(name, process, logs[name]))
         lines.append(f"  {name:<8} {children[-1].url}  vllm-cutover sim {' '.join(knobs[name])}")
-    old, new, baseline = children
+    old = children[0]
     port, admin_port = free_port(), free_port()
-    routes = ["--primary", old.url, "--shadow", new.url, "--baseline", baseline.url]
-    children.append(start_proxy([*routes, "--db", db_path], port, admin_port,
-                                log_dir / "proxy.log"))
+    argv = ["--primary", old.url, "--db", db_path, "--admin-token", TOKEN]
+    children.append(start_proxy(argv, port, admin_port, log_dir / "proxy.log"))
     lines += [
-        "\n== 3. The mirroring proxy and client traffic",
-        (
-            f"  vllm-cutover proxy --port {port} --admin-port {admin_port} {' '.join(routes)}"
-            f" --db {db_path}"
-        ),
+        "\n== 3. The proxy in front of the old version alone (no shadow before a cutover)",
+        f"  vllm-cutover proxy --port {port} --admin-port {admin_port} {' '.join(argv)}",
     ]
     return lines
 
 
-def _show_gate(admin_url: str, outcome: dict[str, Any], say: Callable[[str], None]) -> None:
-    gate = outcome["gate"]
-    say(f"\n== 4. Live gate: GET {admin_url}/admin/gate -> HTTP {outcome['status']}")
-    say(
-        f"  verdict: {gate.get('verdict')}  samples: {gate.get('samples')}  "
-        f"compared: {gate.get('compared')}  diverged: {gate.get('diverged')}  "
-        f"baseline: {json.dumps(gate.get('baseline'))}"
-    )
-    say("\n".join(f"  - {reason}" for reason in gate.get("reasons", [])))
+def _show_outcome(outcome: dict[str, Any], say: Callable[[str], None]) -> str:
+    """The cutover's end, and what it means; the phase it ended in."""
+    status = outcome["status"]
+    phase = status.get("phase")
+    say(f"\n  cutover ended: {phase}  verdict: {status.get('verdict')}  "
+        f"samples: {status.get('samples')}")
+    if phase == "done":
+        say("  the new version serves every client; the old one was drained and is kept "
+            "stopped as the way back (vllm-cutover cutover rollback)")
+    elif status.get("error"):
+        say(f"  {status['error'][:600]}")
+        say("  the old version kept serving every client all along")
+    return str(phase)
 
 
 def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
     from proxy.report.build import report_from_db
     from proxy.report.html import render_html
+    from proxy.report.load import window_from_state
     from proxy.report.text import render_text
 
     started = time.monotonic()
@@ -255,8 +236,9 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
         say("\n".join(lines))
         proxy = children[-1]
         admin_url = proxy.admin_url or ""
-        outcome = asyncio.run(_drive(config, proxy, children[0], admin_url, say))
-        _show_gate(admin_url, outcome, say)
+        backends = {child.name: child for child in children}
+        outcome = asyncio.run(_drive(config, proxy, backends, admin_url, say))
+        phase = _show_outcome(outcome, say)
         proxy.stop(timeout_s=30)
     except DemoError as exc:
         say(f"demo failed: {exc}")
@@ -267,13 +249,18 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
             launcher.wait()
         for child in reversed(children):
             child.stop()
-    report = report_from_db(db_path)
-    say(f"\n== 5. Report: vllm-cutover report --db {db_path}")
+    state_file = default_state_file(db_path)
+    window = window_from_state(state_file) if state_file else None
+    report = report_from_db(db_path, window=window)
+    say(f"\n== 5. Report over the cutover's evidence: vllm-cutover report --db {db_path} "
+        f"--state-file {state_file}")
     say(render_text(report))
     with open(html_path, "w", encoding="utf-8") as out:
         out.write(render_html(report, title=f"vllm-cutover demo ({config.scenario})"))
     say(f"HTML report: {html_path}")
     say(f"Records:     {db_path}")
     say(f"Logs:        {log_dir}")
-    say(f"Demo finished in {time.monotonic() - started:.1f} s; verdict {report.gate.verdict}.")
-    return 0
+    failed = outcome["traffic"]["failed"]
+    say(f"Demo finished in {time.monotonic() - started:.1f} s; cutover {phase}, verdict "
+        f"{report.gate.verdict}, {failed} client request(s) failed.")
+    return 0 if failed == 0 and phase in ("done", "aborted") else 1

@@ -8,6 +8,10 @@ look slower than it is (and the old one, once it is the shadow after a promotion
 `SO_TIMESTAMPNS` every read carries the arrival time of its data, so both sides are timed
 at the socket, whichever process reads them and whenever it gets the CPU.
 
+The limit: TCP merges segments that wait in the receive queue and keeps the newest
+stamp, so a read later than the gap between two events times both at the second. It
+takes the reader's lateness out of the timing up to one event gap, not beyond.
+
 Only plain TCP (the mirror lanes' http:// backends); https keeps asyncio's own transport.
 """
 

@@ -64,3 +64,17 @@ def load_store(db_path: str, window: EvidenceWindow | None = None,
         raise ReportInputError(f"{db_path!r} is not a vllm-cutover record store: {exc}") from exc
     finally:
         store.close()
+
+
+def window_from_state(path: str) -> EvidenceWindow:
+    """The window of the cutover in the proxy's state file (section "cutover", its
+    "evidence" entry as `EvidenceWindow.to_json()` writes it)."""
+    from proxy.cutover.control import EvidenceWindow
+    from proxy.statefile import StateFile
+
+    if not os.path.isfile(path):
+        raise ValueError(f"no such state file: {path!r}")
+    cutover = StateFile(path).get("cutover")
+    if not isinstance(cutover, dict) or "evidence" not in cutover:
+        raise ValueError(f"state file {path!r} holds no cutover with its evidence window")
+    return EvidenceWindow.from_json(cutover["evidence"])

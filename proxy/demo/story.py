@@ -1,0 +1,103 @@
+"""The demo's cutover: steady client traffic through the proxy while `vllm-cutover cutover`
+shadows the new version, judges it, and promotes it (or aborts it), shown as it goes.
+
+The cutover runs in the proxy (adopt mode: the new backend already runs, no container
+driver); this module is the operator: it starts the cutover through the admin API, prints
+each transition and the gate's progress, and counts what the clients saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from proxy.cutover.client import AdminError, CutoverClient
+from proxy.cutover.status import progress_line
+from proxy.demo.steady import SteadyLoad, SteadyResult
+from proxy.demo.traffic import DemoRequest, send_all
+
+TOKEN = "demo-admin-token"
+CUTOVER_TIMEOUT_S = 120.0
+
+
+def start_request(new_url: str, baseline_url: str) -> dict[str, Any]:
+    """The demo's cutover: short windows so the whole story takes seconds."""
+    return {"new_url": new_url, "baseline_url": baseline_url, "min_samples": 60,
+            "analysis_delay_s": 1.0, "analysis_timeout_s": 60.0, "failure_limit": 2,
+            "post_promotion_s": 3.0, "scale_down_delay_s": 0.0}
+
+
+def cli_line(admin_url: str, request: dict[str, Any]) -> str:
+    flags = {"new_url": "--new-url", "baseline_url": "--baseline-url",
+             "min_samples": "--min-samples", "analysis_delay_s": "--analysis-delay",
+             "analysis_timeout_s": "--analysis-timeout", "failure_limit": "--failure-limit",
+             "post_promotion_s": "--post-promotion", "scale_down_delay_s": "--scale-down-delay"}
+    args = " ".join(f"{flags[k]} {v:g}" if isinstance(v, float) else f"{flags[k]} {v}"
+                    for k, v in request.items())
+    return f"vllm-cutover cutover start --proxy-admin {admin_url} {args}"
+
+
+def _routes_line(status: dict[str, Any]) -> str:
+    def side(name: str) -> str:
+        value = status.get(name)
+        return f"{value['version']} ({value['url']})" if value else "none"
+
+    return f"routes: primary = {side('primary')}, shadow = {side('shadow')}"
+
+
+async def watch(client: CutoverClient, say: Callable[[str], None],
+                on_phase: Callable[[str], None]) -> dict[str, Any]:
+    """Print each transition (with the routes it left) and progress until the end."""
+    shown = 0
+    last_progress = ""
+    deadline = time.monotonic() + CUTOVER_TIMEOUT_S
+    while True:
+        status = await asyncio.to_thread(client.status)
+        for step in status["history"][shown:]:
+            say(f"  -> {step['to']:<15} {step['reason'][:150]}")
+            on_phase(step["to"])
+        if len(status["history"]) > shown:
+            say(f"     {_routes_line(status)}")
+            shown = len(status["history"])
+        progress = progress_line(status)
+        if status["phase"] == "shadowing" and progress != last_progress:
+            say(f"     {progress}")
+            last_progress = progress
+        if status.get("terminal") and not status.get("pending"):
+            return status
+        if time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.25)
+
+
+async def run_cutover(proxy_url: str, admin_url: str, model: str, new_url: str,
+                      baseline_url: str, mixed: list[DemoRequest], clients: int,
+                      say: Callable[[str], None]) -> tuple[dict[str, Any], SteadyResult]:
+    """The cutover under steady load (plus the mixed requests while shadowing)."""
+    stop = asyncio.Event()
+    steady = SteadyLoad(proxy_url, model, clients=clients, max_tokens=24, pause_s=0.02)
+    load = asyncio.create_task(steady.run(stop), name="demo-steady-load")
+    mixed_task: asyncio.Task[Any] | None = None
+
+    def on_phase(phase: str) -> None:
+        nonlocal mixed_task
+        if phase == "shadowing" and mixed_task is None:
+            mixed_task = asyncio.create_task(send_all(proxy_url, mixed, clients),
+                                             name="demo-mixed-traffic")
+
+    client = CutoverClient(admin_url, TOKEN)
+    request = start_request(new_url, baseline_url)
+    say(f"  $ {cli_line(admin_url, request)}")
+    try:
+        await asyncio.to_thread(client.start, request)
+        status = await watch(client, say, on_phase)
+    except AdminError as exc:
+        status = {"phase": None, "error": str(exc)}
+    finally:
+        if mixed_task is not None:
+            await mixed_task
+        stop.set()
+        result = await load
+    return status, result
