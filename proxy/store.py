@@ -4,7 +4,9 @@
 uses `RecordStore`, which queues records and writes them in batches from one
 worker thread, so the event loop never waits on the disk. Prompt and completion
 text are kept only when `store_text` is on; otherwise hashes, lengths and
-positions. The oldest rows beyond `retention_rows` are deleted.
+positions. The oldest rows beyond `retention_rows` are deleted. The `admission` table
+counts the requests the proxy sampled and those it shed unmirrored (per reason), so the
+gate and the report know what share of the traffic the records stand for.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import sqlite3
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
-from proxy.compare.gate import GateInputs, MatchCounts
+from proxy.compare.gate import AdmissionCounts, GateInputs, MatchCounts
 from proxy.compare.stats import LatencySamples
+from proxy.compare.tally import AdmissionRow
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
 
 __all__ = ["LatencySamples", "PairCounts", "RecordStore", "RoleCounts", "SqliteStore",
@@ -46,6 +49,9 @@ CREATE TABLE IF NOT EXISTS comparison (
     exact_match INTEGER NOT NULL, first_divergence INTEGER, edit_distance INTEGER,
     length_delta INTEGER, finish_reason_match INTEGER, close_match INTEGER, reason TEXT NOT NULL,
     basis TEXT NOT NULL, PRIMARY KEY (exchange_id, against));
+CREATE TABLE IF NOT EXISTS admission (
+    t_unix REAL NOT NULL, primary_url TEXT NOT NULL, shadow_url TEXT NOT NULL,
+    outcome TEXT NOT NULL, count INTEGER NOT NULL);
 """
 
 
@@ -89,6 +95,7 @@ class StoreAggregates:
     baseline: PairCounts | None  # None: no baseline comparison was ever recorded
     latency: dict[str, LatencySamples]
     roles: dict[str, RoleCounts]
+    admission: AdmissionCounts | None = None  # None: a store from before it was counted
 
     def gate_inputs(self) -> GateInputs:
         """What `proxy.compare.gate.evaluate` judges (cancelled requests left out)."""
@@ -100,6 +107,7 @@ class StoreAggregates:
             latency=self.latency,
             requests={r: c.requests - c.cancelled for r, c in self.roles.items()},
             errors={r: c.errors for r, c in self.roles.items()},
+            admission=self.admission,
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -115,6 +123,7 @@ class StoreAggregates:
             "latency_samples": {r: {"ttft": len(s.ttft_s), "tpot": len(s.tpot_s),
                                     "e2e": len(s.e2e_s)} for r, s in self.latency.items()},
             "roles": {r: asdict(c) for r, c in self.roles.items()},
+            "admission": self.admission.as_json() if self.admission is not None else None,
         }
 
 
@@ -243,6 +252,23 @@ class SqliteStore:
         self._db.execute("DELETE FROM exchange WHERE id <= ?", (cutoff,))
         self._db.execute("DELETE FROM capture WHERE exchange_id <= ?", (cutoff,))
         self._db.execute("DELETE FROM comparison WHERE exchange_id <= ?", (cutoff,))
+        # Counts from before the oldest kept record: coverage spans what the records span.
+        self._db.execute("DELETE FROM admission WHERE t_unix <"
+                         " (SELECT MIN(started_unix) FROM exchange)")
+
+    def add_admission(self, t_unix: float, rows: Sequence[AdmissionRow]) -> None:
+        """Add the proxy's eligible and shed counts since its last flush (one transaction)."""
+        with self._db:
+            self._db.executemany("INSERT INTO admission VALUES (?,?,?,?,?)",
+                                 [(t_unix, *row) for row in rows])
+
+    def admission(self) -> AdmissionCounts | None:
+        """Eligible and shed counts over the kept rows (None: a store without the table)."""
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                            " AND name = 'admission'").fetchone() is None:
+            return None
+        return AdmissionCounts.of(self._db.execute(
+            "SELECT outcome, SUM(count) FROM admission GROUP BY 1").fetchall())
 
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM exchange").fetchone()[0])
@@ -335,7 +361,13 @@ class SqliteStore:
             " WHERE c.exchange_id > (SELECT COALESCE(MAX(id), 0) FROM exchange) - ?"
             " AND c.error IS NULL AND c.cancelled = 0 AND c.e2e_s IS NOT NULL",
             (latency_window,)).fetchall()
-        return aggregate_rows(self.count(), comparisons, first_divergences, captures, latency)
+        return replace(aggregate_rows(self.count(), comparisons, first_divergences, captures,
+                                      latency), admission=self.admission())
+
+
+def _log_failure(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.error("could not store admission counts: %s", done.exception())
 
 
 def records_page(store: SqliteStore, after_id: int, limit: int) -> list[dict[str, Any]]:
@@ -376,6 +408,16 @@ class RecordStore:
         """Run `fn(store, *args)` on the store's thread (reads: aggregates, records)."""
         return await asyncio.get_running_loop().run_in_executor(
             self._executor, fn, self.sync, *args)
+
+    def add_admission(self, t_unix: float, rows: Sequence[AdmissionRow]) -> None:
+        """Write admission counts on the store's thread, before any read asked after this."""
+        try:
+            done = asyncio.get_running_loop().run_in_executor(
+                self._executor, SqliteStore.add_admission, self.sync, t_unix, rows)
+        except RuntimeError:  # closed: the counts of the last moments are lost, not the proxy
+            log.error("store closed: %d admission count(s) not written", len(rows))
+            return
+        done.add_done_callback(_log_failure)
 
     async def _run(self) -> None:
         stopping = False

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -26,6 +27,7 @@ from proxy.mirror.app import (
     TASKS_KEY,
 )
 from proxy.mirror.config import ConfigError, RouteConfig
+from proxy.mirror.load import LoopLoad
 from proxy.mirror.remote import RemoteMirror, WorkerUnavailable
 
 log = logging.getLogger(__name__)
@@ -122,13 +124,20 @@ async def get_stats(request: web.Request) -> web.Response:
         "shadow_inflight": mirror.inflight,
         "background_tasks": len(main[TASKS_KEY]),
         "routes": main[ROUTER_KEY].routes.as_json(),
+        "proxy_loop": _load_json(mirror.load),
     }
     if isinstance(mirror, RemoteMirror):
         link = mirror.link
-        stats["live"]["capture_worker"] = {"pid": link.pid, "running": link.ready,
-                                           "restarts": link.restarts,
-                                           "scheduling": link.scheduling}
+        stats["live"]["capture_worker"] = {
+            "pid": link.pid, "running": link.ready, "restarts": link.restarts,
+            "scheduling": link.scheduling, "loop": _load_json(link.load),
+            "queued_bytes": link.backlog.queued_bytes,
+            "queued_for_s": round(link.backlog.age_s(time.monotonic()), 3)}
     return _json(stats)
+
+
+def _load_json(load: LoopLoad) -> dict[str, float]:
+    return {"lag_ms": round(load.lag_s * 1000, 2), "busy": round(load.busy, 3)}
 
 
 async def get_records(request: web.Request) -> web.Response:

@@ -19,7 +19,8 @@ def report_from_db(db_path: str, criteria: GateCriteria | None = None) -> Report
     (`proxy.compare.gate.evaluate` on the store's aggregates)."""
     records, aggregates = load_store(db_path)
     verdict = evaluate(aggregates.gate_inputs(), criteria or GateCriteria())
-    return build_report(records, verdict=verdict, latency=aggregates.latency)
+    return build_report(records, verdict=verdict, latency=aggregates.latency,
+                        admission=aggregates.admission)
 
 
 def write_report(

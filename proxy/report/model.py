@@ -23,7 +23,7 @@ from proxy.compare.stats import (
     ratio,
     wilson_interval,
 )
-from proxy.compare.tally import timed_capture
+from proxy.compare.tally import AdmissionCounts, timed_capture
 from proxy.compare.types import Capture, Comparison, ExchangeRecord
 
 ROLE_LABELS: dict[str, str] = {"primary": "old", "shadow": "new", "baseline": "baseline"}
@@ -102,6 +102,7 @@ class Report:
     sampled: dict[str, RoleSummary]  # sampled (non-deterministic) requests only, by role
     sampled_length_test: MannWhitney | None  # output tokens of sampled requests, new vs old
     gate: Verdict
+    admission: AdmissionCounts | None = None  # sampled requests mirrored or shed (the store's)
 
 
 def _mean(values: Sequence[int]) -> float | None:
@@ -208,10 +209,12 @@ def build_report(
     criteria: GateCriteria | None = None,
     verdict: Verdict | None = None,
     latency: Mapping[str, LatencySamples] | None = None,
+    admission: AdmissionCounts | None = None,
 ) -> Report:
     """Fold records into a `Report`. The verdict is the gate's (`proxy.compare.gate`):
     `verdict` when given, else evaluated on these records with `criteria`; `latency`
-    (the samples the gate judged) when given, else taken from the records."""
+    (the samples the gate judged) when given, else taken from the records; `admission`:
+    the proxy's eligible and shed counts, when it kept them."""
     records = list(records)
     if verdict is None:
         verdict = evaluate(GateInputs.from_records(records), criteria)
@@ -247,6 +250,7 @@ def build_report(
             _lengths(sampled_roles, "primary"), _lengths(sampled_roles, "shadow")
         ),
         gate=verdict,
+        admission=admission,
     )
 
 
@@ -294,6 +298,7 @@ def report_json(report: Report) -> dict[str, Any]:
             "output_tokens_mann_whitney": _test_json(report.sampled_length_test),
         },
         "gate": report.gate.details,
+        "admission": report.admission.as_json() if report.admission is not None else None,
     }
 
 
