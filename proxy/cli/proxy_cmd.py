@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overload-lag-ms", type=float, default=10.0, metavar="MS",
                    help="shed new mirrors (dropped and counted) while the proxy's event loop "
                         "runs this late (moving average) and is busy with its own work (see "
-                        "--overload-busy); 0: never shed (default %(default)s)")
+                        "--overload-busy); 0: off (default %(default)s)")
     p.add_argument("--overload-busy", type=float, default=0.5, metavar="F",
                    help="...and its thread uses at least this share of a CPU (over about a "
                         "second): a loop late only because other processes hold the CPUs "
