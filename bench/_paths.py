@@ -93,8 +93,9 @@ def mirroring_proxy(
         python(), "-m", "proxy", "--log-level", "WARNING", "proxy",
         "--host", "127.0.0.1", "--port", str(port), "--primary", primary,
         "--sample-rate", str(sample_rate), "--db", str(db_path),
-        # No overload shedding: every sampled request is really mirrored and captured.
-        "--overload-lag-ms", "0",
+        # No shedding: every sampled request is really mirrored and captured (the worst
+        # case for the client path; the in-flight cap is set by the caller).
+        "--overload-lag-ms", "0", "--max-worker-delay-ms", "3600000",
     ]
     if shadow:
         argv += ["--shadow", shadow]

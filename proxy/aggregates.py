@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from proxy.compare.gate import GateInputs, MatchCounts
+from proxy.compare.gate import AdmissionCounts, GateInputs, MatchCounts
 from proxy.compare.stats import LatencySamples
 from proxy.cutover.control import EvidenceWindow
 
@@ -59,6 +59,7 @@ class StoreAggregates:
     baseline: PairCounts | None  # None: no baseline comparison was ever recorded
     latency: dict[str, LatencySamples]
     roles: dict[str, RoleCounts]
+    admission: AdmissionCounts | None = None  # None: a store from before it was counted
 
     def gate_inputs(self) -> GateInputs:
         """What `proxy.compare.gate.evaluate` judges (cancelled requests left out)."""
@@ -70,6 +71,7 @@ class StoreAggregates:
             latency=self.latency,
             requests={r: c.requests - c.cancelled for r, c in self.roles.items()},
             errors={r: c.errors for r, c in self.roles.items()},
+            admission=self.admission,
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -85,6 +87,7 @@ class StoreAggregates:
             "latency_samples": {r: {"ttft": len(s.ttft_s), "tpot": len(s.tpot_s),
                                     "e2e": len(s.e2e_s)} for r, s in self.latency.items()},
             "roles": {r: asdict(c) for r, c in self.roles.items()},
+            "admission": self.admission.as_json() if self.admission is not None else None,
         }
 
 

@@ -111,6 +111,9 @@ class ProxyMetrics:
             ("against",), buckets=DIVERGENCE_BUCKETS, registry=registry)
         self.mirrored = Counter(
             f"{ns}_shadow_mirrored", "Requests mirrored", ("role",), registry=registry)
+        self.sampled = Counter(
+            f"{ns}_shadow_sampled", "Requests the sampler chose to mirror (mirrored or dropped)",
+            registry=registry)
         self.shadow_dropped = Counter(
             f"{ns}_shadow_dropped", "Sampled requests not mirrored", ("reason",),
             registry=registry)

@@ -4,7 +4,9 @@
 uses `RecordStore`, which queues records and writes them in batches from one
 worker thread, so the event loop never waits on the disk. Prompt and completion
 text are kept only when `store_text` is on; otherwise hashes, lengths and
-positions. The oldest rows beyond `retention_rows` are deleted.
+positions. The oldest rows beyond `retention_rows` are deleted. The `admission` table
+counts the requests the proxy sampled and those it shed unmirrored (per reason), so the
+gate and the report know what share of the traffic the records stand for.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sqlite3
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, TypeVar
 
 from proxy.aggregates import (
@@ -27,7 +29,9 @@ from proxy.aggregates import (
     query_aggregates,
     window_members,
 )
+from proxy.compare.gate import AdmissionCounts
 from proxy.compare.stats import LatencySamples
+from proxy.compare.tally import AdmissionRow
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
 from proxy.cutover.control import EvidenceWindow
 
@@ -54,6 +58,9 @@ CREATE TABLE IF NOT EXISTS comparison (
     length_delta INTEGER, finish_reason_match INTEGER, close_match INTEGER, reason TEXT NOT NULL,
     basis TEXT NOT NULL, PRIMARY KEY (exchange_id, against));
 CREATE INDEX IF NOT EXISTS exchange_started ON exchange (started_unix);
+CREATE TABLE IF NOT EXISTS admission (
+    t_unix REAL NOT NULL, primary_url TEXT NOT NULL, shadow_url TEXT NOT NULL,
+    outcome TEXT NOT NULL, count INTEGER NOT NULL);
 """
 
 
@@ -128,6 +135,31 @@ class SqliteStore:
         self._db.execute("DELETE FROM exchange WHERE id <= ?", (cutoff,))
         self._db.execute("DELETE FROM capture WHERE exchange_id <= ?", (cutoff,))
         self._db.execute("DELETE FROM comparison WHERE exchange_id <= ?", (cutoff,))
+        # Counts from before the oldest kept record: coverage spans what the records span.
+        self._db.execute("DELETE FROM admission WHERE t_unix <"
+                         " (SELECT MIN(started_unix) FROM exchange)")
+
+    def add_admission(self, t_unix: float, rows: Sequence[AdmissionRow]) -> None:
+        """Add the proxy's eligible and shed counts since its last flush (one transaction)."""
+        with self._db:
+            self._db.executemany("INSERT INTO admission VALUES (?,?,?,?,?)",
+                                 [(t_unix, *row) for row in rows])
+
+    def admission(self, window: EvidenceWindow | None = None) -> AdmissionCounts | None:
+        """Eligible and shed counts over the kept rows, or a cutover's `window` (counted
+        at or after its start between exactly its old and new URLs, either way round);
+        None: a store without the table."""
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                            " AND name = 'admission'").fetchone() is None:
+            return None
+        if window is None:
+            return AdmissionCounts.of(self._db.execute(
+                "SELECT outcome, SUM(count) FROM admission GROUP BY 1").fetchall())
+        old, new = window.old_url, window.new_url
+        return AdmissionCounts.of(self._db.execute(
+            "SELECT outcome, SUM(count) FROM admission WHERE t_unix >= ? AND"
+            " ((primary_url = ? AND shadow_url = ?) OR (primary_url = ? AND shadow_url = ?))"
+            " GROUP BY 1", (window.since_unix, old, new, new, old)).fetchall())
 
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM exchange").fetchone()[0])
@@ -198,11 +230,17 @@ class SqliteStore:
         """Counts over all kept rows, or over the cutover evidence `window` (labelled by
         version: see `proxy.aggregates`); latency samples from the newest
         `latency_window` rows of them."""
-        return query_aggregates(self._db, window, latency_window)
+        return replace(query_aggregates(self._db, window, latency_window),
+                       admission=self.admission(window))
 
     def window_members(self, window: EvidenceWindow) -> dict[int, tuple[bool, bool]]:
         """Row id -> (promoted, baseline is noise) of each record in `window`."""
         return window_members(self._db, window)
+
+
+def _log_failure(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.error("could not store admission counts: %s", done.exception())
 
 
 def records_page(store: SqliteStore, after_id: int, limit: int) -> list[dict[str, Any]]:
@@ -243,6 +281,16 @@ class RecordStore:
         """Run `fn(store, *args)` on the store's thread (reads: aggregates, records)."""
         return await asyncio.get_running_loop().run_in_executor(
             self._executor, fn, self.sync, *args)
+
+    def add_admission(self, t_unix: float, rows: Sequence[AdmissionRow]) -> None:
+        """Write admission counts on the store's thread, before any read asked after this."""
+        try:
+            done = asyncio.get_running_loop().run_in_executor(
+                self._executor, SqliteStore.add_admission, self.sync, t_unix, rows)
+        except RuntimeError:  # closed: the counts of the last moments are lost, not the proxy
+            log.error("store closed: %d admission count(s) not written", len(rows))
+            return
+        done.add_done_callback(_log_failure)
 
     async def _run(self) -> None:
         stopping = False

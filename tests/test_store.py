@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from dataclasses import replace
 from typing import Any
 
@@ -123,3 +124,44 @@ def test_per_token_latency_only_from_streamed_answers(tmp_path):
     assert (len(latency["primary"].ttft_s), len(latency["primary"].e2e_s)) == (1, 2)
     assert len(latency["primary"].tpot_s) == 1
     assert (len(latency["baseline"].ttft_s), len(latency["baseline"].e2e_s)) == (0, 1)
+
+
+def test_admission_counts_add_up_reach_the_gate_and_follow_retention(tmp_path):
+    path = str(tmp_path / "r.db")
+    store = SqliteStore(path, retention_rows=2)
+    store.add_admission(999.0, [("http://a", "http://b", "eligible", 5),
+                                ("http://a", "http://b", "overload", 2)])
+    store.add_admission(1001.5, [("http://a", "http://b", "eligible", 3),
+                                 ("http://a", "http://b", "worker_busy", 1)])
+    agg = store.aggregates()
+    assert agg.admission is not None
+    assert (agg.admission.eligible, dict(agg.admission.shed)) == (8, {"overload": 2,
+                                                                      "worker_busy": 1})
+    assert agg.gate_inputs().admission == agg.admission
+    assert agg.as_json()["admission"]["drop_rate"] == 3 / 8
+    # Records 1..3 with retention 2: record 1 (t=1001) goes, and the counts from before
+    # the oldest kept record (t=1002) with it: coverage spans what the records span.
+    store.write([_record(1), _record(2), _record(3)])
+    admission = store.admission()
+    assert admission is not None and admission.eligible == 0
+    store.close()
+
+
+def test_a_store_from_before_admission_counts_reads_as_uncounted(tmp_path):
+    path = str(tmp_path / "old.db")
+    SqliteStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE admission")
+    readonly = SqliteStore(path, readonly=True)
+    assert readonly.admission() is None
+    assert readonly.aggregates().gate_inputs().admission is None
+
+
+async def test_admission_counts_are_written_before_a_later_read(tmp_path):
+    store = RecordStore(SqliteStore(str(tmp_path / "r.db")))
+    store.start()
+    store.add_admission(1.0, [("http://a", "http://b", "eligible", 4)])
+    admission = await store.call(SqliteStore.admission)
+    assert admission is not None and admission.eligible == 4
+    await store.close()
+    store.add_admission(2.0, [("http://a", "http://b", "eligible", 1)])  # closed: logged only

@@ -19,6 +19,9 @@ def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
                        help="match rate needed without a baseline (default %(default)s)")
     group.add_argument("--gate-require-baseline", action="store_true",
                        help="no pass without old-vs-old noise measured on a baseline")
+    group.add_argument("--gate-min-coverage", type=float, default=0.5, metavar="F",
+                       help="share of sampled requests that must have been mirrored (not shed "
+                            "under load) for a pass (default %(default)s)")
 
 
 def gate_criteria(args: argparse.Namespace) -> GateCriteria:
@@ -30,4 +33,5 @@ def gate_criteria(args: argparse.Namespace) -> GateCriteria:
         max_excess_divergence=args.gate_max_excess_divergence,
         min_match_rate=args.gate_min_match_rate,
         require_baseline=args.gate_require_baseline,
+        min_coverage=args.gate_min_coverage,
     )

@@ -43,9 +43,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-shadow-inflight", type=int, default=256, metavar="N",
                    help="mirrored requests in flight; beyond: dropped and counted")
     p.add_argument("--overload-lag-ms", type=float, default=10.0, metavar="MS",
-                   help="while the event loop runs this late (moving average), new requests "
-                        "are not mirrored (dropped and counted); 0: never shed "
-                        "(default %(default)s)")
+                   help="shed new mirrors (dropped and counted) while the proxy's event loop "
+                        "runs this late (moving average) and is busy with its own work (see "
+                        "--overload-busy); 0: off (default %(default)s)")
+    p.add_argument("--overload-busy", type=float, default=0.5, metavar="F",
+                   help="...and its thread uses at least this share of a CPU (over about a "
+                        "second): a loop late only because other processes hold the CPUs "
+                        "keeps mirroring; 0: shed on lag alone, as before (default %(default)s)")
+    p.add_argument("--max-worker-delay-ms", type=float, default=2000.0, metavar="MS",
+                   help="shed new mirrors (worker_busy) while what the proxy sent the capture "
+                        "worker has waited this long to be handled (default %(default)s)")
     p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024, metavar="N",
                    help="request body limit; larger bodies get a 413 (default %(default)s)")
     p.add_argument("--db", default=":memory:", metavar="PATH",
@@ -84,10 +91,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--worker-cpus", metavar="LIST", type=_cpu_list,
                    help="pin the capture worker to these CPUs, e.g. 1 or 2,3 "
                         "(default: the proxy's own)")
-    p.add_argument("--worker-priority", choices=("idle", "normal"), default="idle",
-                   help="idle (default): the capture worker only runs on CPU time the client "
-                        "path leaves (Linux SCHED_IDLE); when the CPUs are saturated, mirrors "
-                        "are dropped and counted instead of clients slowing down")
+    p.add_argument("--worker-priority", choices=("nice", "idle", "normal"), default="nice",
+                   help="nice (default): the capture worker runs at nice 10, below the relay "
+                        "and the engines, yet keeps up on a host whose CPUs they keep busy; "
+                        "idle: only on CPU time nothing else wants (Linux SCHED_IDLE: on a "
+                        "busy host the worker falls behind and mirrors are shed)")
     p.set_defaults(func=_run)
 
 
@@ -123,6 +131,8 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
             max_shadow_inflight=args.max_shadow_inflight,
             baseline_stream=args.baseline_stream,
             overload_lag_s=args.overload_lag_ms / 1000.0,
+            overload_busy=args.overload_busy,
+            max_worker_delay_s=args.max_worker_delay_ms / 1000.0,
         ),
         store=StoreConfig(db_path=args.db, retention_rows=args.retention,
                           store_text=args.store_text),

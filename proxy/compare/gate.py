@@ -10,7 +10,10 @@ Old = primary, new = shadow. Checks, each pass, fail or inconclusive:
   when a one-sided Mann-Whitney U test says new is slower (p < alpha, effect >= minimum);
 - output lengths: new vs old distribution (all requests, sampled ones included): fails on a
   significant shift larger than the limit;
-- errors: new error rate against old's plus an allowance (fail needs the lower bound over).
+- errors: new error rate against old's plus an allowance (fail needs the lower bound over);
+- coverage: the share of sampled requests that were mirrored at all; below the minimum
+  (shedding under load) at best inconclusive: evidence from a sliver of the traffic is
+  not a pass.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 from proxy.compare.stats import LatencySamples, LatencySummary, mann_whitney, ratio, wilson_interval
-from proxy.compare.tally import GateInputs, MatchCounts
+from proxy.compare.tally import AdmissionCounts, GateInputs, MatchCounts
 
-__all__ = ["GateCriteria", "GateInputs", "MatchCounts", "Verdict", "evaluate"]
+__all__ = ["AdmissionCounts", "GateCriteria", "GateInputs", "MatchCounts", "Verdict", "evaluate"]
 
 VerdictName = Literal["pass", "fail", "inconclusive"]
 _SEVERITY: dict[VerdictName, int] = {"fail": 0, "inconclusive": 1, "pass": 2}
@@ -48,6 +51,7 @@ class GateCriteria:
     min_effect_size: float = 0.1  # rank-biserial; smaller shifts are negligible
     max_error_rate_excess: float = 0.01
     max_length_shift: float | None = 0.3  # |rank-biserial| of output lengths new vs old
+    min_coverage: float = 0.5  # share of sampled requests mirrored (the rest shed under load)
 
     def __post_init__(self) -> None:
         for name in ("confidence", "alpha"):
@@ -55,7 +59,7 @@ class GateCriteria:
             if not 0 < value < 1:
                 raise ValueError(f"{name} must be within (0, 1), got {value!r}")
         for name in ("max_excess_divergence", "min_match_rate", "min_effect_size",
-                     "max_error_rate_excess", "max_length_shift"):
+                     "max_error_rate_excess", "max_length_shift", "min_coverage"):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -117,6 +121,7 @@ def evaluate(inputs: GateInputs, criteria: GateCriteria | None = None) -> Verdic
         *_check_latency(inputs, criteria, details),
         *_check_lengths(inputs, criteria, details),
         _check_errors(inputs, criteria, details),
+        *_check_coverage(inputs, criteria, details),
     ]
     checks.sort(key=lambda c: _SEVERITY[c.status])
     verdict = checks[0].status
@@ -248,6 +253,24 @@ def _check_errors(inputs: GateInputs, c: GateCriteria, details: dict[str, Any]) 
     if rate_new <= limit:
         return _Check("pass", text)
     return _Check("inconclusive", text + " (above, not significant)")
+
+
+def _check_coverage(inputs: GateInputs, c: GateCriteria,
+                    details: dict[str, Any]) -> list[_Check]:
+    admission = inputs.admission
+    if admission is None or admission.coverage is None:
+        return []  # nothing counted: records from elsewhere, or no request sampled yet
+    coverage = admission.coverage
+    details["coverage"] = {**admission.as_json(), "compared": inputs.new_vs_old.compared,
+                           "minimum": c.min_coverage}
+    text = (f"{admission.mirrored} of {admission.eligible} sampled requests mirrored "
+            f"({coverage:.1%}, minimum {c.min_coverage:.0%})")
+    if admission.shed_total:
+        text += (f"; {admission.shed_total} shed ({1 - coverage:.1%}): "
+                 f"{admission.shed_text()}")
+    if coverage < c.min_coverage:
+        return [_Check("inconclusive", text)]
+    return [_Check("pass", text)]
 
 
 def _stat(summary: LatencySummary, stat: str) -> float | None:

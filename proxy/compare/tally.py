@@ -1,4 +1,5 @@
-"""Aggregates the gate reads: comparison counts, samples, requests and errors per role (no I/O).
+"""Aggregates the gate reads: comparison counts, samples, requests and errors per role, and
+how many sampled requests were mirrored at all (no I/O).
 
 Built in memory by the mirror or from stored records by the report (`GateInputs.from_records`).
 """
@@ -8,6 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+# An admission count: (primary URL, shadow URL, outcome, count); outcome is ELIGIBLE (the
+# sampler chose the request) or the reason an eligible request was not mirrored.
+AdmissionRow = tuple[str, str, str, int]
+ELIGIBLE = "eligible"
 
 from proxy.compare.stats import LatencySamples
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, Role
@@ -51,6 +57,48 @@ class MatchCounts:
 
 
 @dataclass(frozen=True)
+class AdmissionCounts:
+    """Requests the sampler chose (eligible) and those shed unmirrored, per reason."""
+
+    eligible: int = 0
+    shed: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[str, int]]) -> AdmissionCounts:
+        """From (outcome, count) pairs."""
+        eligible, shed = 0, dict[str, int]()
+        for outcome, count in rows:
+            if outcome == ELIGIBLE:
+                eligible += count
+            elif count:
+                shed[outcome] = shed.get(outcome, 0) + count
+        return cls(eligible, dict(sorted(shed.items(), key=lambda kv: (-kv[1], kv[0]))))
+
+    @property
+    def shed_total(self) -> int:
+        return sum(self.shed.values())
+
+    @property
+    def mirrored(self) -> int:
+        return max(0, self.eligible - self.shed_total)
+
+    @property
+    def coverage(self) -> float | None:
+        """Share of eligible requests that were mirrored (None before any)."""
+        return self.mirrored / self.eligible if self.eligible else None
+
+    def shed_text(self) -> str:
+        """"overload 30, worker_busy 9" (most first)."""
+        return ", ".join(f"{reason} {n}" for reason, n in self.shed.items())
+
+    def as_json(self) -> dict[str, Any]:
+        coverage = self.coverage
+        return {"eligible": self.eligible, "mirrored": self.mirrored,
+                "shed": dict(self.shed), "shed_total": self.shed_total,
+                "coverage": coverage, "drop_rate": None if coverage is None else 1 - coverage}
+
+
+@dataclass(frozen=True)
 class GateInputs:
     """Aggregates the gate judges; latency/requests/errors are keyed by role."""
 
@@ -59,6 +107,7 @@ class GateInputs:
     latency: Mapping[str, LatencySamples] = field(default_factory=dict)
     requests: Mapping[str, int] = field(default_factory=dict)
     errors: Mapping[str, int] = field(default_factory=dict)
+    admission: AdmissionCounts | None = None  # None: not counted (records from elsewhere)
 
     @classmethod
     def from_records(cls, records: Iterable[ExchangeRecord]) -> GateInputs:

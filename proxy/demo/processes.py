@@ -112,9 +112,8 @@ def sim_ready(name: str, process: subprocess.Popen[str], log_path: Path,
 
 def start_proxy(argv: Sequence[str], port: int, admin_port: int, log_path: Path) -> Child:
     process = _spawn(
-        # The demo shows every exchange compared: no overload shedding on a busy laptop.
         ["proxy", "--host", LOOPBACK, "--port", str(port), "--admin-port", str(admin_port),
-         "--overload-lag-ms", "0", *argv],
+         *argv],
         capture_stdout=False,
         log_path=log_path,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -30,6 +31,7 @@ from proxy.mirror.app import (
     TASKS_KEY,
 )
 from proxy.mirror.control import MirrorControl
+from proxy.mirror.load import LoopLoad
 from proxy.mirror.remote import RemoteMirror, WorkerUnavailable
 from proxy.mirror.route_state import ROUTE_KEYS, routes_from_json
 
@@ -178,13 +180,20 @@ async def get_stats(request: web.Request) -> web.Response:
         "inflight": main[CONTROL_KEY].inflight_by_lane(),
         "background_tasks": len(main[TASKS_KEY]),
         "routes": main[ROUTER_KEY].routes.as_json(),
+        "proxy_loop": _load_json(mirror.load),
     }
     if isinstance(mirror, RemoteMirror):
         link = mirror.link
-        stats["live"]["capture_worker"] = {"pid": link.pid, "running": link.ready,
-                                           "restarts": link.restarts,
-                                           "scheduling": link.scheduling}
+        stats["live"]["capture_worker"] = {
+            "pid": link.pid, "running": link.ready, "restarts": link.restarts,
+            "scheduling": link.scheduling, "loop": _load_json(link.load),
+            "queued_bytes": link.backlog.queued_bytes,
+            "queued_for_s": round(link.backlog.age_s(time.monotonic()), 3)}
     return _json(stats)
+
+
+def _load_json(load: LoopLoad) -> dict[str, float]:
+    return {"lag_ms": round(load.lag_s * 1000, 2), "busy": round(load.busy, 3)}
 
 
 async def get_records(request: web.Request) -> web.Response:

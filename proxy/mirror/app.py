@@ -27,10 +27,11 @@ from proxy.compare.request import endpoint_for_path
 from proxy.compare.stats import mann_whitney
 from proxy.cutover.service import CUTOVER_KEY, CutoverService
 from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
+from proxy.mirror.admission import Admission
 from proxy.mirror.config import ProxyConfig
 from proxy.mirror.control import MirrorControl
 from proxy.mirror.evidence import Evidence, LocalEvidence, WorkerEvidence
-from proxy.mirror.exchange import Admission, Mirror
+from proxy.mirror.exchange import Mirror
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
 from proxy.mirror.remote import RemoteMirror
 from proxy.mirror.route_state import restore_routes, route_persister
@@ -176,23 +177,36 @@ async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
     tasks = BackgroundTasks()
     app[TASKS_KEY] = tasks
     mirror = app[MIRROR_KEY] = Mirror(config.mirror, tasks, app[METRICS_KEY], app[STORE_KEY])
-    app[EVIDENCE_KEY] = LocalEvidence(app[STORE_KEY], config.gate, app[METRICS_KEY])
+    app[EVIDENCE_KEY] = LocalEvidence(app[STORE_KEY], config.gate, app[METRICS_KEY],
+                                      mirror.flush_admission)
     # Once before serving: the gauge shows the kept records' verdict at once, and the
     # statistics code (scipy: ~0.5 s to import) is loaded now, not on the store thread
     # mid-traffic, where holding the GIL that long would stall every client.
     mann_whitney([1.0, 2.0], [2.0, 3.0])
     await current_verdict(app[STORE_KEY], config.gate, app[METRICS_KEY])
-    loop = asyncio.get_running_loop()
-    watchers = [loop.create_task(refresh_verdict_forever(
+    watchers = _watch(mirror, config)
+    watchers.append(asyncio.get_running_loop().create_task(refresh_verdict_forever(
         app[STORE_KEY], config.gate, app[METRICS_KEY], config.gate_refresh_s),
-        name="verdict-refresh")]
-    if config.mirror.overload_lag_s > 0:
-        watchers.append(loop.create_task(mirror.watch_loop_lag(), name="loop-lag"))
+        name="verdict-refresh"))
     yield
+    await _unwatch(watchers)
+    await tasks.drain(config.drain_timeout_s)
+    mirror.flush_admission()
+
+
+def _watch(mirror: Admission, config: ProxyConfig) -> list[asyncio.Task[None]]:
+    """The proxy's own load probe (for overload shedding) and the admission counts' flush."""
+    loop = asyncio.get_running_loop()
+    watchers = [loop.create_task(mirror.flush_admission_forever(), name="admission-flush")]
+    if config.mirror.overload_lag_s > 0:
+        watchers.append(loop.create_task(mirror.load.watch(), name="loop-load"))
+    return watchers
+
+
+async def _unwatch(watchers: list[asyncio.Task[None]]) -> None:
     for watcher in watchers:
         watcher.cancel()
     await asyncio.gather(*watchers, return_exceptions=True)
-    await tasks.drain(config.drain_timeout_s)
 
 
 async def _worker_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -201,13 +215,8 @@ async def _worker_ctx(app: web.Application) -> AsyncIterator[None]:
     mirror = RemoteMirror(config, app[METRICS_KEY], config.worker_cpus)
     await mirror.open()
     app[MIRROR_KEY] = mirror
-    app[EVIDENCE_KEY] = WorkerEvidence(mirror.link, app[METRICS_KEY])
-    watchers = []
-    if config.mirror.overload_lag_s > 0:
-        watchers.append(asyncio.get_running_loop().create_task(mirror.watch_loop_lag(),
-                                                               name="loop-lag"))
+    app[EVIDENCE_KEY] = WorkerEvidence(mirror.link, app[METRICS_KEY], mirror.flush_admission)
+    watchers = _watch(mirror, config)
     yield
-    for watcher in watchers:
-        watcher.cancel()
-    await asyncio.gather(*watchers, return_exceptions=True)
+    await _unwatch(watchers)
     await mirror.close(config.drain_timeout_s)

@@ -72,10 +72,16 @@ class MirrorConfig:
     # The baseline only measures old-vs-old token noise; unstreamed, its answer is parsed
     # once instead of per event (same tokens), which saves the proxy a third of its CPU.
     baseline_stream: bool = False
-    # Overload: while the event loop runs this late (moving average), new requests are not
-    # mirrored (shadow_dropped{reason="overload"}): mirror work cannot starve the client
-    # path. 0 turns shedding off.
+    # Overload (proxy.mirror.load): while the proxy's event loop runs this late (moving
+    # average) and its own thread uses at least `overload_busy` of a CPU, new requests are
+    # not mirrored (shadow_dropped{reason="overload"}). Lag alone would shed whenever other
+    # processes hold the CPUs. overload_lag_s 0 turns shedding off; overload_busy 0 sheds
+    # on lag alone (the rule before 0.x).
     overload_lag_s: float = 0.01
+    overload_busy: float = 0.5
+    # The capture worker is behind (shadow_dropped{reason="worker_busy"}) when what the
+    # proxy sent it has waited this long to be handled.
+    max_worker_delay_s: float = 2.0
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.sample_rate <= 1.0) or math.isnan(self.sample_rate):
@@ -88,6 +94,11 @@ class MirrorConfig:
             )
         if not self.overload_lag_s >= 0:
             raise ConfigError(f"overload lag must be >= 0 s, got {self.overload_lag_s!r}")
+        if not 0 <= self.overload_busy <= 1:
+            raise ConfigError(f"--overload-busy must be in [0, 1], got {self.overload_busy!r}")
+        if not self.max_worker_delay_s > 0:
+            raise ConfigError(
+                f"--max-worker-delay-ms must be > 0, got {self.max_worker_delay_s * 1000!r}")
         if self.tokenize_concurrency < 1:
             raise ConfigError(
                 f"tokenize concurrency must be >= 1, got {self.tokenize_concurrency!r}"
@@ -147,8 +158,9 @@ class ProxyConfig:
     # False: all on the proxy's own event loop.
     capture_worker: bool = True
     worker_cpus: tuple[int, ...] | None = None  # pin the worker (None: inherit)
-    # idle: the worker only gets CPU time nothing else wants (Linux SCHED_IDLE).
-    worker_priority: Literal["idle", "normal"] = "idle"
+    # nice: nice 10, below the relay and the engines but never starved; idle: only CPU
+    # time nothing else wants (Linux SCHED_IDLE: on a busy host, next to none).
+    worker_priority: Literal["nice", "idle", "normal"] = "nice"
     # Routes (and the cutover) persisted here and restored at start; None: memory only.
     state_file: str | None = None
     reset_routes: bool = False  # start from `routes` even when the state file has others

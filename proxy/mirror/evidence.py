@@ -2,11 +2,13 @@
 
 In-process mode the store and the metrics are the proxy's own; with a capture
 worker they live in the worker and every read is a call to it, whose answer the
-proxy's own metrics are merged into.
+proxy's own metrics are merged into. Before each read the proxy's admission counts
+(eligible, shed) are flushed to the store, so the answer includes them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from proxy.compare.gate import GateCriteria
@@ -33,19 +35,22 @@ class Evidence(Protocol):
 class LocalEvidence:
     """The proxy's own store and metrics (in-process mode)."""
 
-    def __init__(self, store: RecordStore, criteria: GateCriteria,
-                 metrics: ProxyMetrics) -> None:
+    def __init__(self, store: RecordStore, criteria: GateCriteria, metrics: ProxyMetrics,
+                 flush: Callable[[], None]) -> None:
         self.store = store
         self.criteria = criteria
         self._metrics = metrics
+        self._flush = flush
 
     async def gate(self) -> dict[str, Any]:
+        self._flush()
         return await current_verdict(self.store, self.criteria, self._metrics)
 
     async def window_gate(self, window: EvidenceWindow) -> dict[str, Any]:
         return await self.store.call(evaluate_window, self.criteria, window)
 
     async def aggregates(self) -> dict[str, Any]:
+        self._flush()
         return (await self.store.call(SqliteStore.aggregates)).as_json()
 
     async def records(self, after_id: int, limit: int) -> list[dict[str, Any]]:
@@ -58,11 +63,14 @@ class LocalEvidence:
 class WorkerEvidence:
     """Everything asked of the capture worker; raises WorkerUnavailable when it can't answer."""
 
-    def __init__(self, link: WorkerLink, metrics: ProxyMetrics) -> None:
+    def __init__(self, link: WorkerLink, metrics: ProxyMetrics,
+                 flush: Callable[[], None]) -> None:
         self.link = link
         self._metrics = metrics
+        self._flush = flush
 
     async def gate(self) -> dict[str, Any]:
+        self._flush()  # the channel is ordered: the worker stores the counts first
         result: dict[str, Any] = await self.link.call("gate")
         return result
 
@@ -71,6 +79,7 @@ class WorkerEvidence:
         return result
 
     async def aggregates(self) -> dict[str, Any]:
+        self._flush()
         result: dict[str, Any] = await self.link.call("aggregates")
         return result
 

@@ -17,9 +17,9 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from time import perf_counter
-from typing import Literal, Protocol
+from typing import Literal
 
 from multidict import CIMultiDict
 
@@ -28,18 +28,17 @@ from proxy.compare.diff import compare
 from proxy.compare.request import prepare
 from proxy.compare.types import Capture, Endpoint, ExchangeRecord, RequestMeta, Role
 from proxy.metrics import ProxyMetrics
+from proxy.mirror.admission import Admission
 from proxy.mirror.config import MirrorConfig
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.routing import Routes, Upstream
-from proxy.mirror.shadow import Sampler, fetch_capture, mirror_headers, tokenize
+from proxy.mirror.shadow import fetch_capture, mirror_headers, tokenize
 from proxy.mirror.tasks import BackgroundTasks
 from proxy.store import RecordStore
 
 log = logging.getLogger(__name__)
 
 TokenSource = Literal["client", "tokenize", "equal_text", "none"]
-LAG_PROBE_S = 0.02
-LAG_SMOOTHING = 0.3  # weight of the newest probe in the moving average
 
 
 def _with_ids(capture: Capture, ids: tuple[int, ...]) -> Capture:
@@ -55,62 +54,6 @@ def unstreamed(body: bytes) -> bytes:
     request["stream"] = False
     request.pop("stream_options", None)
     return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-class ExchangeHandle(Protocol):
-    """What the client path holds of a mirrored request."""
-
-    def tap_for(self, content_type: str) -> ChunkTap: ...
-
-    def primary_done(self, result: RelayResult) -> None: ...
-
-
-class Admission:
-    """Which requests get mirrored: the sampler, the in-flight cap, overload shedding.
-
-    Shared by the in-process `Mirror` and the capture worker's client
-    (`proxy.mirror.remote.RemoteMirror`): both decide the same way, on the client path,
-    with only cheap bookkeeping.
-    """
-
-    def __init__(self, config: MirrorConfig, metrics: ProxyMetrics) -> None:
-        self.config = config
-        self.sampler = Sampler(config.sample_rate, config.sample_header)
-        self.metrics = metrics
-        self.inflight = 0
-        self.loop_lag_s = 0.0  # how late the loop runs, smoothed (watch_loop_lag)
-
-    async def watch_loop_lag(self, interval_s: float = LAG_PROBE_S) -> None:
-        """Keep `loop_lag_s` current: how much later than asked a short sleep wakes up.
-
-        Smoothed over a few probes, so one late wake-up (the process descheduled once)
-        does not shed mirrors; a loop that stays busy does.
-        """
-        loop = asyncio.get_running_loop()
-        while True:
-            asked = loop.time() + interval_s
-            await asyncio.sleep(interval_s)
-            lag = max(0.0, loop.time() - asked)
-            self.loop_lag_s += LAG_SMOOTHING * (lag - self.loop_lag_s)
-
-    def wants(self, routes: Routes, headers: Mapping[str, str]) -> bool:
-        """Cheap pre-check before the body is parsed: a shadow exists and the sampler says yes."""
-        return routes.shadow is not None and self.sampler.sample(headers)
-
-    def start(self, routes: Routes, path: str, headers: CIMultiDict[str], body: bytes,
-              endpoint: Endpoint) -> ExchangeHandle | None:
-        """Begin mirroring one request (None: not mirrored, and why is counted)."""
-        raise NotImplementedError
-
-    def admit(self, closing: bool) -> bool:
-        """False (and the drop counted) when over the in-flight cap or overloaded."""
-        if self.inflight >= self.config.max_shadow_inflight or closing:
-            self.metrics.shadow_dropped.labels("inflight_cap").inc()
-            return False
-        if 0 < self.config.overload_lag_s < self.loop_lag_s:
-            self.metrics.shadow_dropped.labels("overload").inc()
-            return False
-        return True
 
 
 class Mirror(Admission):
@@ -135,13 +78,18 @@ class Mirror(Admission):
         caller already decided (the capture worker); `started`: (time.time(),
         perf_counter()) of the client's request when it arrived elsewhere.
         """
-        if not admitted and not self.admit(self.tasks.closing):
+        if not admitted and not self.admit(routes, self.tasks.closing):
             return None
         if self.tasks.closing:
             return None
         exchange = Exchange(self, routes, f"{self._id_prefix}-{next(self._ids)}", started)
         exchange.launch(path, headers, body, endpoint)
         return exchange
+
+    def flush_admission(self) -> None:
+        rows = self.tally.take()
+        if rows and self.store is not None:
+            self.store.add_admission(time.time(), rows)
 
 
 class Exchange:

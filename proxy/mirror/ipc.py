@@ -31,6 +31,7 @@ class Channel(asyncio.Protocol):
         self._buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.handled_bytes = 0  # of the frames read, those already given to on_message
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -53,17 +54,18 @@ class Channel(asyncio.Protocol):
                 self._on_message(message)
             except Exception:  # one bad message must not end the channel
                 log.exception("capture channel: handling %r failed", type(message).__name__)
+            self.handled_bytes += 4 + size
         if pos:
             del buffer[:pos]
 
-    def send(self, message: Any) -> bool:
-        """Queue `message`; False when the channel is closed."""
+    def send(self, message: Any) -> int:
+        """Queue `message`; the bytes queued (0: the channel is closed)."""
         transport = self.transport
         if transport is None or self.closed or transport.is_closing():
-            return False
+            return 0
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         transport.writelines((_LENGTH.pack(len(data)), data))
-        return True
+        return 4 + len(data)
 
     @property
     def buffered_bytes(self) -> int:

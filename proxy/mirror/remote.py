@@ -3,9 +3,10 @@
 The client path only samples, counts and appends the primary's relayed bytes to
 a list (`RemoteExchange`); every `FLUSH_BYTES` and at the end they go to the
 worker in one message. Everything else a mirrored request costs runs in the
-worker process (`proxy.mirror.worker`). If the worker dies, the proxy goes on
-relaying: the exchanges it had are counted as dropped, new ones too while it is
-down, and it is started again.
+worker process (`proxy.mirror.worker`). While the worker is behind (what it was
+sent waits too long: `proxy.mirror.load.WorkerBacklog`), new requests are not
+mirrored. If the worker dies, the proxy goes on relaying: the exchanges it had
+are counted as dropped, new ones too while it is down, and it is started again.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from multidict import CIMultiDict
 import proxy
 from proxy.compare.types import Endpoint
 from proxy.metrics import ProxyMetrics
+from proxy.mirror.admission import Admission
 from proxy.mirror.config import ProxyConfig
-from proxy.mirror.exchange import Admission
 from proxy.mirror.ipc import Channel
+from proxy.mirror.load import LoopLoad, WorkerBacklog
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.routing import Routes, Upstream
 
@@ -38,7 +40,6 @@ FLUSH_BYTES = 32 * 1024  # the primary's bytes held per request before they go t
 MAX_CHANNEL_BYTES = 64 * 1024 * 1024  # worker this far behind: new requests are not mirrored
 READY_TIMEOUT_S = 120.0
 RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-LAG_STALE_S = 1.0  # no lag report for this long: the worker is starved
 
 
 class WorkerUnavailable(RuntimeError):
@@ -64,9 +65,9 @@ class WorkerLink:
         self._bye: asyncio.Future[int] | None = None
         self._stopping = False
         self._restarter: asyncio.Task[None] | None = None
-        self._lag_s = 0.0
-        self._lag_at = 0.0
-        self.scheduling = ""  # as the worker reports it: SCHED_IDLE, nice 19 or normal
+        self.backlog = WorkerBacklog()
+        self.load = LoopLoad()  # the worker's loop, as it last reported it
+        self.scheduling = ""  # as the worker reports it: nice 10, SCHED_IDLE or normal
 
     @property
     def pid(self) -> int | None:
@@ -94,9 +95,11 @@ class WorkerLink:
                 log.warning("capture worker: cannot pin to CPUs %s: %s", self.cpus, exc)
         self._ready = loop.create_future()
         self._bye = loop.create_future()
+        self.backlog.reset()
+        self.load = LoopLoad()
         channel = self.channel = Channel(self._message, self._lost)
         await loop.create_unix_connection(lambda: channel, sock=parent)
-        self.channel.send(("config", self.config, logging.getLogger().getEffectiveLevel()))
+        self._send(("config", self.config, logging.getLogger().getEffectiveLevel()))
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), READY_TIMEOUT_S)
         except asyncio.TimeoutError:
@@ -104,24 +107,22 @@ class WorkerLink:
             raise WorkerUnavailable(f"capture worker not ready in {READY_TIMEOUT_S:.0f} s") \
                 from None
         self.ready = True
-        self._lag_s, self._lag_at = 0.0, time.monotonic()
         log.info("capture worker started (pid %d, %s, CPUs %s)", self.process.pid,
                  self.scheduling, ",".join(map(str, self.cpus)) if self.cpus else "inherited")
 
     def send(self, message: tuple[Any, ...]) -> bool:
+        return self.ready and self._send(message)
+
+    def _send(self, message: tuple[Any, ...]) -> bool:
         channel = self.channel
-        return self.ready and channel is not None and channel.send(message)
+        size = channel.send(message) if channel is not None else 0
+        if size:
+            self.backlog.sent(size, time.monotonic())
+        return size > 0
 
-    @property
-    def lag_s(self) -> float:
-        """The worker's loop lag, as it last said; a worker that has not said it for
-        LAG_STALE_S is starved (or stopped) for at least that long."""
-        silent_s = time.monotonic() - self._lag_at
-        return self._lag_s if silent_s < LAG_STALE_S else silent_s
-
-    @property
-    def backlog_bytes(self) -> int:
-        return self.channel.buffered_bytes if self.channel is not None else 0
+    def behind(self, max_delay_s: float) -> bool:
+        """What the worker was sent has waited over `max_delay_s` (or piles up)."""
+        return self.backlog.behind(time.monotonic(), max_delay_s, MAX_CHANNEL_BYTES)
 
     async def call(self, name: str, *args: Any, timeout_s: float = 60.0) -> Any:
         """Ask the worker (gate, aggregates, records, metrics); WorkerUnavailable if it can't."""
@@ -151,10 +152,12 @@ class WorkerLink:
                     future.set_result(message[3])
                 else:
                     future.set_exception(RuntimeError(message[3]))
-        elif kind == "lag":
-            self._lag_s, self._lag_at = message[1], time.monotonic()
+        elif kind == "progress":
+            self.backlog.handled(message[1])
+            self.load.lag_s, self.load.busy = message[2], message[3]
         elif kind == "ready":
             self.scheduling = message[1]
+            self.backlog.handled(message[2])
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
         elif kind == "bye" and self._bye is not None and not self._bye.done():
@@ -201,7 +204,7 @@ class WorkerLink:
         if process is None:
             return 0
         cancelled = 0
-        if channel is not None and self.ready and channel.send(("shutdown",)) \
+        if channel is not None and self.ready and self._send(("shutdown",)) \
                 and self._bye is not None:
             try:
                 cancelled = await asyncio.wait_for(asyncio.shield(self._bye), timeout_s + 10.0)
@@ -225,13 +228,14 @@ class RemoteExchange:
     message sends it first if it is still pending, so the worker always sees it first.
     """
 
-    __slots__ = ("content_type", "gone", "held", "link", "payloads", "size", "start", "times",
-                 "xid")
+    __slots__ = ("content_type", "gone", "held", "link", "payloads", "routes", "size", "start",
+                 "times", "xid")
 
-    def __init__(self, link: WorkerLink, xid: int, held: list[Upstream],
+    def __init__(self, link: WorkerLink, xid: int, routes: Routes, held: list[Upstream],
                  start: tuple[Any, ...]) -> None:
         self.link = link
         self.xid = xid
+        self.routes = routes
         self.held = held
         self.start: tuple[Any, ...] | None = start
         self.gone = False  # ended, or lost with the worker: nothing more to send
@@ -288,15 +292,14 @@ class RemoteMirror(Admission):
 
     def start(self, routes: Routes, path: str, headers: CIMultiDict[str], body: bytes,
               endpoint: Endpoint) -> RemoteExchange | None:
-        if not self.admit(self.closing):
+        if not self.admit(routes, self.closing):
             return None
         link = self.link
         if not link.ready:
-            self.metrics.shadow_dropped.labels("worker_down").inc()
+            self.shed(routes, "worker_down")
             return None
-        overload_lag_s = self.config.overload_lag_s
-        if link.backlog_bytes > MAX_CHANNEL_BYTES or 0 < overload_lag_s < link.lag_s:
-            self.metrics.shadow_dropped.labels("worker_busy").inc()
+        if link.behind(self.config.max_worker_delay_s):
+            self.shed(routes, "worker_busy")
             return None
         xid = next(self._xids)
         shadow, baseline = routes.shadow, routes.baseline
@@ -305,7 +308,7 @@ class RemoteMirror(Admission):
                  baseline.url if baseline is not None else None,
                  path, list(headers.items()), body, endpoint, time.time(), perf_counter())
         held = [u.acquire() for u in (routes.primary, shadow, baseline) if u is not None]
-        exchange = self.exchanges[xid] = RemoteExchange(link, xid, held, start)
+        exchange = self.exchanges[xid] = RemoteExchange(link, xid, routes, held, start)
         self.inflight += 1
         self.metrics.shadow_inflight.inc()
         asyncio.get_running_loop().call_soon(exchange.send_start)
@@ -324,12 +327,18 @@ class RemoteMirror(Admission):
 
     def _lost(self) -> None:
         """The worker went away: what it had will never be recorded."""
-        lost = list(self.exchanges)
-        for xid in lost:
-            self._done(xid)
-        if lost and not self.closing:
-            self.metrics.shadow_dropped.labels("worker_lost").inc(len(lost))
+        lost = list(self.exchanges.values())
+        for exchange in lost:
+            self._done(exchange.xid)
+            if not self.closing:
+                self.shed(exchange.routes, "worker_lost")
+
+    def flush_admission(self) -> None:
+        rows = self.tally.take()
+        if rows and not self.link.send(("admission", time.time(), rows)):
+            self.tally.give_back(rows)  # the worker is down: with the next flush
 
     async def close(self, drain_timeout_s: float) -> int:
         self.closing = True
+        self.flush_admission()
         return await self.link.stop(drain_timeout_s)

@@ -3,8 +3,8 @@
 `vllm-cutover proxy` starts it (`proxy.mirror.remote`) so that what a mirrored
 request costs beyond relaying it (two more answers received and parsed, the
 primary's stream parsed, the comparison, SQLite, the statistics of the gate) runs
-under another GIL than the client path, at idle priority, and on other CPUs when
-`--worker-cpus` gives them. It runs the same
+under another GIL than the client path, at a lower priority (nice 10 by default),
+and on other CPUs when `--worker-cpus` gives them. It runs the same
 `Mirror`/`Exchange` code as the in-process mode; the proxy sends it each sampled
 request, the primary's relayed bytes with their arrival times, and how the
 primary's answer ended. perf_counter is the system's monotonic clock, so times
@@ -16,11 +16,12 @@ Messages (tuples, the kind first). Proxy -> worker:
    endpoint, started_unix, t_start)
   ("chunks", xid, content_type, payloads, times)      the primary's bytes so far
   ("end", xid, content_type, payloads, times, status, error, cancelled, t_end)
+  ("admission", t_unix, rows)                          eligible and shed counts (store)
   ("call", call_id, name, args)                       gate | aggregates | records | metrics
                                                       | window_gate (a cutover's evidence)
   ("shutdown",)
-Worker -> proxy: ("ready", scheduling), ("done", xid), ("reply", call_id, ok, value), ("bye", n),
-  ("lag", seconds) every LAG_REPORT_S when overload shedding is on.
+Worker -> proxy: ("ready", scheduling, bytes handled), ("done", xid), ("reply", call_id, ok, value), ("bye", n),
+  ("progress", bytes handled, loop lag s, loop busy) every PROGRESS_REPORT_S.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig, RouteConfig
 from proxy.mirror.exchange import Exchange, Mirror
 from proxy.mirror.ipc import Channel
+from proxy.mirror.load import LoopLoad
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.routing import Router, Routes, make_session_factory
 from proxy.mirror.tasks import BackgroundTasks
@@ -56,8 +58,9 @@ from proxy.store import RecordStore, SqliteStore, records_page
 log = logging.getLogger(__name__)
 
 LOST_PARENT_DRAIN_S = 5.0  # the proxy died: finish what is in flight, briefly
-LAG_REPORT_S = 0.2  # how often the worker tells the proxy its loop lag
+PROGRESS_REPORT_S = 0.2  # how often the worker tells the proxy how far it has got
 NO_CAP = 1 << 30  # the proxy already applied the in-flight cap and the overload shedding
+NICE = 10  # --worker-priority nice: a tenth of a nice-0 process's CPU share when both want it
 
 
 class _Pending:
@@ -101,6 +104,7 @@ class CaptureWorker:
                                             overload_lag_s=0.0)
         self.mirror = Mirror(mirror_config, self.tasks, self.metrics, self.store)
         self.pending: dict[int, _Pending] = {}
+        self.load = LoopLoad()
         self._routes: tuple[tuple[object, ...], Routes] | None = None
         self._helpers: list[asyncio.Task[None]] = []
         self.stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -118,21 +122,19 @@ class CaptureWorker:
                                                      self.config.gate_refresh_s),
                              name="verdict-refresh"),
             loop.create_task(pace_garbage_collection(), name="gc-pacer"),
+            loop.create_task(self.load.watch(), name="loop-load"),
+            loop.create_task(self._report_progress(), name="progress-report"),
         ]
-        if self.config.mirror.overload_lag_s > 0:
-            self._helpers += [
-                loop.create_task(self.mirror.watch_loop_lag(), name="loop-lag"),
-                loop.create_task(self._report_lag(), name="lag-report"),
-            ]
-        self.channel.send(("ready", self.scheduling))
+        self.channel.send(("ready", self.scheduling, self.channel.handled_bytes))
 
-    async def _report_lag(self) -> None:
-        """Tell the proxy how late this loop runs, so it sheds mirrors while the worker is
-        starved: a starved worker would time the shadow's answers late (a latency
-        regression that is not there) and pile up the primary's bytes."""
+    async def _report_progress(self) -> None:
+        """Tell the proxy how much of what it sent is handled, so it sheds mirrors while
+        this worker is behind (its queue would grow without bound), and how its loop does
+        (for /admin/stats)."""
         while True:
-            await asyncio.sleep(LAG_REPORT_S)
-            self.channel.send(("lag", self.mirror.loop_lag_s))
+            await asyncio.sleep(PROGRESS_REPORT_S)
+            self.channel.send(("progress", self.channel.handled_bytes, self.load.lag_s,
+                               self.load.busy))
 
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -144,6 +146,8 @@ class CaptureWorker:
             self._start(*message[1:])
         elif kind == "end":
             self._end(*message[1:])
+        elif kind == "admission":
+            self.store.add_admission(message[1], message[2])
         elif kind == "call":
             self._call(message[1], message[2], message[3])
         elif kind == "shutdown":
@@ -275,16 +279,25 @@ async def serve(sock: socket.socket, scheduling: str = "normal") -> None:
         await worker.stopped
 
 
-def lower_priority() -> str:
-    """Run only when nothing else wants the CPU: the relay (and the load on a shared
-    machine) preempts this process at once, so capture never delays a client; when the
-    CPUs are busy, this loop lags and the proxy drops new mirrors (counted), not the reverse."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return "SCHED_IDLE"
-    except (AttributeError, OSError):  # not Linux
-        os.nice(19)
-        return "nice 19"
+def lower_priority(priority: str) -> str:
+    """Yield the CPU to the relay: capture must not delay a client.
+
+    nice: nice 10, a tenth of the CPU share of a nice-0 process (the relay, the engines)
+    when both want it, but never nothing: on a host whose CPUs vLLM's processes keep
+    busy the worker still keeps up with light traffic. idle: Linux SCHED_IDLE, only CPU
+    time nothing else wants; there the worker falls behind and the proxy sheds mirrors.
+    """
+    if priority == "nice":
+        os.nice(NICE)
+        return f"nice {NICE}"
+    if priority == "idle":
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            return "SCHED_IDLE"
+        except (AttributeError, OSError):  # not Linux
+            os.nice(19)
+            return "nice 19"
+    return "normal"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,14 +305,14 @@ def main(argv: list[str] | None = None) -> int:
         description="vllm-cutover's capture worker (started by `vllm-cutover proxy`)")
     parser.add_argument("--fd", type=int, required=True,
                         help="inherited socket to the proxy (one end of a socketpair)")
-    parser.add_argument("--priority", choices=("idle", "normal"), default="idle",
-                        help="idle: run only on CPU time the client path leaves (default)")
+    parser.add_argument("--priority", choices=("nice", "idle", "normal"), default="nice",
+                        help="nice 10 (default), SCHED_IDLE, or unchanged")
     args = parser.parse_args(argv)
     # The proxy decides when to stop (it drains first, then says shutdown); a terminal's
     # Ctrl-C or a group SIGTERM must not kill the records in flight here.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    scheduling = lower_priority() if args.priority == "idle" else "normal"
+    scheduling = lower_priority(args.priority)
     sock = socket.socket(fileno=args.fd)
     try:
         import uvloop

@@ -22,7 +22,8 @@ def report_from_db(db_path: str, criteria: GateCriteria | None = None,
     store's aggregates)."""
     records, aggregates = load_store(db_path, window)
     verdict = evaluate(aggregates.gate_inputs(), criteria or GateCriteria())
-    return build_report(records, verdict=verdict, latency=aggregates.latency, window=window)
+    return build_report(records, verdict=verdict, latency=aggregates.latency, window=window,
+                        admission=aggregates.admission)
 
 
 def write_report(

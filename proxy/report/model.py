@@ -24,7 +24,7 @@ from proxy.compare.stats import (
     ratio,
     wilson_interval,
 )
-from proxy.compare.tally import timed_capture
+from proxy.compare.tally import AdmissionCounts, timed_capture
 from proxy.compare.types import Capture, Comparison, ExchangeRecord
 from proxy.cutover.control import EvidenceWindow
 
@@ -107,6 +107,7 @@ class Report:
     # A cutover's evidence only, by version (roles "primary"/"shadow" then mean old/new,
     # whichever served clients); None: every record, old = primary.
     window: EvidenceWindow | None = None
+    admission: AdmissionCounts | None = None  # sampled requests mirrored or shed (the store's)
 
 
 def versions_note(report: Report) -> str:
@@ -225,10 +226,12 @@ def build_report(
     verdict: Verdict | None = None,
     latency: Mapping[str, LatencySamples] | None = None,
     window: EvidenceWindow | None = None,
+    admission: AdmissionCounts | None = None,
 ) -> Report:
     """Fold records into a `Report`. The verdict is the gate's (`proxy.compare.gate`):
     `verdict` when given, else evaluated on these records with `criteria`; `latency`
-    (the samples the gate judged) when given, else taken from the records."""
+    (the samples the gate judged) when given, else taken from the records; `admission`:
+    the proxy's eligible and shed counts, when it kept them."""
     records = list(records)
     if verdict is None:
         verdict = evaluate(GateInputs.from_records(records), criteria)
@@ -265,6 +268,7 @@ def build_report(
         ),
         gate=verdict,
         window=window,
+        admission=admission,
     )
 
 
@@ -313,6 +317,7 @@ def report_json(report: Report) -> dict[str, Any]:
         },
         "gate": report.gate.details,
         "window": report.window.to_json() if report.window is not None else None,
+        "admission": report.admission.as_json() if report.admission is not None else None,
     }
 
 

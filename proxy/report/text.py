@@ -74,9 +74,13 @@ def render_text(report: Report) -> str:
             f"({report.deterministic} deterministic, {report.samples - report.deterministic} sampled)"
         ),
         f"({versions_note(report)})",
-        "",
-        f"VERDICT: {gate.verdict.upper()}",
     ]
+    admission = report.admission
+    if admission is not None and admission.coverage is not None:
+        shed = f": {admission.shed_text()}" if admission.shed_total else ""
+        lines.append(f"Mirrored {admission.mirrored} of {admission.eligible} sampled requests "
+                     f"({admission.coverage:.1%}); shed {admission.shed_total}{shed}")
+    lines += ["", f"VERDICT: {gate.verdict.upper()}"]
     lines += [f"  - {reason}" for reason in gate.reasons] or ["  (no reasons given)"]
     lines += ["", "Tokens, deterministic requests (temperature 0 or seeded):"]
     lines.append(f"  new vs old:       {pair_line(report.shadow)}")

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts, evaluate
+from proxy.compare.gate import AdmissionCounts, GateCriteria, GateInputs, MatchCounts, evaluate
 from proxy.compare.stats import LatencySamples
 
 
@@ -148,3 +148,52 @@ def test_unrecorded_output_lengths_skip_the_length_check() -> None:
     assert verdict.verdict == "pass" and len(verdict.reasons) == 7
     few = dict(bare, shadow=replace(bare["shadow"], output_tokens=(1, 2)))
     assert evaluate(replace(inputs(), latency=few)).verdict == "inconclusive"
+
+
+def covered(eligible: int, **shed: int) -> GateInputs:
+    return replace(inputs(), admission=AdmissionCounts(eligible, shed))
+
+
+def test_coverage_below_the_minimum_is_inconclusive_and_names_the_drops() -> None:
+    verdict = evaluate(covered(4000, overload=3000, worker_busy=800))
+    assert verdict.verdict == "inconclusive"
+    assert ("inconclusive: 200 of 4000 sampled requests mirrored (5.0%, minimum 50%); "
+            "3800 shed (95.0%): overload 3000, worker_busy 800") in verdict.reasons
+    coverage = verdict.details["coverage"]
+    assert coverage["coverage"] == 0.05 and coverage["drop_rate"] == 0.95
+    assert coverage["compared"] == 200 and coverage["minimum"] == 0.5
+
+
+def test_coverage_over_the_minimum_passes_and_still_says_what_was_shed() -> None:
+    verdict = evaluate(covered(210, worker_busy=10))
+    assert verdict.verdict == "pass", verdict.reasons
+    assert ("pass: 200 of 210 sampled requests mirrored (95.2%, minimum 50%); "
+            "10 shed (4.8%): worker_busy 10") in verdict.reasons
+    assert "pass: 200 of 200 sampled requests mirrored (100.0%, minimum 50%)" in \
+        evaluate(covered(200)).reasons
+
+
+def test_coverage_minimum_is_configurable_and_checked() -> None:
+    assert evaluate(covered(210, worker_busy=10),
+                    GateCriteria(min_coverage=0.99)).verdict == "inconclusive"
+    assert evaluate(covered(4000, overload=3800),
+                    GateCriteria(min_coverage=0.0)).verdict == "pass"
+    with pytest.raises(ValueError, match="min_coverage must be within"):
+        GateCriteria(min_coverage=1.5)
+
+
+def test_no_admission_counts_no_coverage_check() -> None:
+    """Records from elsewhere (or before any request was sampled): nothing to judge."""
+    for admission in (None, AdmissionCounts(0, {})):
+        verdict = evaluate(replace(inputs(), admission=admission))
+        assert "coverage" not in verdict.details
+        assert not [r for r in verdict.reasons if "sampled requests mirrored" in r]
+
+
+def test_admission_counts_fold_outcomes() -> None:
+    counts = AdmissionCounts.of([("eligible", 30), ("worker_busy", 2), ("eligible", 10),
+                                 ("overload", 5), ("worker_busy", 1), ("inflight_cap", 0)])
+    assert (counts.eligible, dict(counts.shed)) == (40, {"overload": 5, "worker_busy": 3})
+    assert counts.shed_text() == "overload 5, worker_busy 3"
+    assert (counts.mirrored, counts.coverage) == (32, 0.8)
+    assert AdmissionCounts().coverage is None

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.tiny_model import ensure_tiny_model
-from tests.e2e.vllm_servers import VllmServerFactory
+from tests.e2e.vllm_servers import Trio, VllmServerFactory, VllmSpec
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +48,14 @@ def vllm_servers(
     factory = VllmServerFactory(vllm_python, tmp_path_factory.mktemp("vllm-logs"))
     yield factory
     factory.close()
+
+
+@pytest.fixture(scope="session")
+def trio(vllm_servers: VllmServerFactory, tiny_model: Path,
+         tiny_models: Callable[..., Path]) -> Trio:
+    """Three servers of the tiny model (`Trio`), started concurrently, shared by the suites."""
+    old_a, old_b, different = vllm_servers.start_many([
+        VllmSpec(tiny_model, "tiny"), VllmSpec(tiny_model, "tiny", replica=1),
+        VllmSpec(tiny_models(perturb=1), "tiny"),
+    ])
+    return Trio(old_a, old_b, different)

@@ -13,7 +13,7 @@ composition is a source of token noise this suite does not mean to measure.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from tests.e2e.proxy_fixtures import (
     wait_for,
     without_volatile,
 )
-from tests.e2e.vllm_servers import VllmServer, VllmServerFactory, VllmSpec
+from tests.e2e.vllm_servers import Trio
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -48,13 +48,6 @@ PROMPTS = (
     "One two three four five",
 )
 SETTLE_TIMEOUT_S = 180.0
-
-
-@dataclass(frozen=True)
-class Trio:
-    old_a: VllmServer
-    old_b: VllmServer
-    different: VllmServer
 
 
 @dataclass(frozen=True)
@@ -98,17 +91,6 @@ def sampled_batch() -> list[tuple[str, dict[str, Any]]]:
     """Sampled requests (no seed): compared only as distributions, never counted as compared."""
     return [("completions", request_body("completions", PROMPTS[0], False, temperature=1.0)),
             ("chat", request_body("chat", PROMPTS[1], True, temperature=1.0))]
-
-
-@pytest.fixture(scope="module")
-def trio(vllm_servers: VllmServerFactory, tiny_model: Path,
-         tiny_models: Callable[..., Path]) -> Trio:
-    """Started concurrently; the specs are those of test_vllm_servers, so servers are shared."""
-    old_a, old_b, different = vllm_servers.start_many([
-        VllmSpec(tiny_model, MODEL), VllmSpec(tiny_model, MODEL, replica=1),
-        VllmSpec(tiny_models(perturb=1), MODEL),
-    ])
-    return Trio(old_a, old_b, different)
 
 
 def send_batch(proxy: RunningProxy, sides: tuple[str, ...]) -> Traffic:

@@ -41,6 +41,16 @@ class VllmServer:
         return self.spec.name
 
 
+@dataclass(frozen=True)
+class Trio:
+    """Old A and old B serve the same weights (B: the identical twin, or the noise
+    baseline); "different" serves perturbed weights under the same name."""
+
+    old_a: VllmServer
+    old_b: VllmServer
+    different: VllmServer
+
+
 @dataclass
 class VllmServerFactory:
     """Starts real vLLM CPU servers once per session and stops them all at teardown."""

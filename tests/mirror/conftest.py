@@ -157,7 +157,8 @@ def backend(aiohttp_server: Any) -> Start:
 
 def _make_config(primary: str, shadow: str | None, baseline: str | None = None,
                 **mirror: Any) -> ProxyConfig:
-    extra = {k: mirror.pop(k) for k in ("max_body_bytes", "store", "gate", "capture_worker")
+    extra = {k: mirror.pop(k) for k in ("max_body_bytes", "store", "gate", "capture_worker",
+                                             "worker_priority")
              if k in mirror}
     # In-process unless a test asks for the worker: these tests look inside the exchange.
     extra.setdefault("capture_worker", False)

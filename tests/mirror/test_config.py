@@ -57,8 +57,10 @@ def test_capture_worker_flags(capsys):
 
     base = ["proxy", "--primary", "http://h:1", "--shadow", "http://h:2"]
     config = build_config(build_parser().parse_args(base))
-    assert config.capture_worker and config.worker_priority == "idle"
+    assert config.capture_worker and config.worker_priority == "nice"
     assert config.worker_cpus is None
+    assert config.mirror.overload_lag_s == 0.01 and config.mirror.overload_busy == 0.5
+    assert config.gate.min_coverage == 0.5
     cpu = min(os.sched_getaffinity(0))
     config = build_config(build_parser().parse_args([
         *base, "--capture-in-process", "--worker-cpus", f"{cpu},{cpu}",
@@ -132,3 +134,18 @@ def test_port_in_use_is_a_clean_error(capsys):
 def test_negative_overload_lag_quoted(bad):
     with pytest.raises(ConfigError, match="overload lag"):
         MirrorConfig(overload_lag_s=bad)
+
+
+def test_shedding_flags_and_their_bad_values(capsys):
+    from proxy.cli import main
+
+    base = ["proxy", "--primary", "http://h:1", "--shadow", "http://h:2"]
+    config = build_config(build_parser().parse_args([
+        *base, "--overload-busy", "0", "--max-worker-delay-ms", "250",
+        "--gate-min-coverage", "0.9", "--worker-priority", "idle"]))
+    assert config.mirror.overload_busy == 0.0 and config.mirror.max_worker_delay_s == 0.25
+    assert config.gate.min_coverage == 0.9 and config.worker_priority == "idle"
+    for flag, bad in (("--overload-busy", "1.5"), ("--max-worker-delay-ms", "0"),
+                      ("--gate-min-coverage", "-0.1")):
+        assert main([*base, flag, bad]) == 2
+        assert bad in capsys.readouterr().err

@@ -57,9 +57,14 @@ async def test_worker_records_compares_and_merges_metrics(backend, proxy, admin,
     stats = await _stats_when(api, _recorded(3))
     assert stats["shadow"]["compared"] == 3 and stats["shadow"]["diverged"] == 0
     assert stats["baseline"]["compared"] == 3
-    assert stats["live"]["capture_worker"] == {"pid": mirror.link.pid, "running": True,
-                                               "restarts": 0, "scheduling": "SCHED_IDLE"}
-    assert os.sched_getscheduler(mirror.link.pid) == os.SCHED_IDLE  # the kernel agrees
+    worker = stats["live"]["capture_worker"]
+    assert {k: worker[k] for k in ("pid", "running", "restarts", "scheduling")} == {
+        "pid": mirror.link.pid, "running": True, "restarts": 0, "scheduling": "nice 10"}
+    assert os.getpriority(os.PRIO_PROCESS, mirror.link.pid) == \
+        os.getpriority(os.PRIO_PROCESS, 0) + 10  # the kernel agrees
+    assert worker["queued_bytes"] >= 0 and set(worker["loop"]) == {"lag_ms", "busy"}
+    assert stats["admission"] == {"eligible": 3, "mirrored": 3, "shed": {}, "shed_total": 0,
+                                  "coverage": 1.0, "drop_rate": 0.0}
     (first, *_) = (await (await api.get("/admin/records", headers=AUTH)).json())["records"]
     primary_capture = next(c for c in first["captures"] if c["role"] == "primary")
     assert primary_capture["status"] == 200 and primary_capture["ttft_s"] > 0
@@ -125,34 +130,51 @@ async def test_a_killed_worker_never_touches_the_client_path(backend, proxy, adm
     await _stats_when(api, _recorded(1))
 
 
-async def test_a_starved_worker_sheds_mirrors_and_the_client_is_served(backend, proxy, admin,
-                                                                       make_config):
+async def test_idle_priority_stays_available(backend, proxy, admin, make_config):
     primary, shadow = await backend(), await backend()
     client = await proxy(make_config(primary.url, shadow.url, capture_worker=True,
-                                     overload_lag_s=0.05))
-    api = await admin(client.app)
+                                     worker_priority="idle"))
     link = client.app[MIRROR_KEY].link
+    assert link.scheduling == "SCHED_IDLE"
+    assert os.sched_getscheduler(link.pid) == os.SCHED_IDLE
+
+
+async def test_a_worker_that_falls_behind_sheds_mirrors_and_the_client_is_served(
+        backend, proxy, admin, make_config):
+    primary, shadow = await backend(), await backend()
+    client = await proxy(make_config(primary.url, shadow.url, capture_worker=True,
+                                     max_worker_delay_s=0.3))
+    api = await admin(client.app)
+    mirror = client.app[MIRROR_KEY]
     direct = await (await client.post("/v1/completions", json=GREEDY)).read()
     await _stats_when(api, _recorded(1))
-    os.kill(link.pid, signal.SIGSTOP)  # as starved as a worker gets: it says nothing more
+    os.kill(mirror.link.pid, signal.SIGSTOP)  # as far behind as a worker gets
     try:
-        await asyncio.sleep(1.5)
-        assert link.lag_s > 1.0
+        # Mirrored: nothing waits yet. Its messages then wait, unhandled, past the limit.
+        assert await (await client.post("/v1/completions", json=GREEDY)).read() == direct
+        await asyncio.sleep(0.5)
+        assert mirror.link.behind(0.3)
         for _ in range(3):
             resp = await client.post("/v1/completions", json=GREEDY)
             assert resp.status == 200 and await resp.read() == direct
-        assert client.app[MIRROR_KEY].inflight == 0
+        assert mirror.inflight == 1
     finally:
-        os.kill(link.pid, signal.SIGCONT)
+        os.kill(mirror.link.pid, signal.SIGCONT)
+    stats = await _stats_when(api, _recorded(2))  # the worker catches up
+    assert stats["admission"]["shed"] == {"worker_busy": 3}
+    assert stats["admission"]["eligible"] == 5
     text = await (await api.get("/metrics")).text()
     dropped = _samples(text)[("vllm_cutover_shadow_dropped_total", (("reason", "worker_busy"),))]
     assert dropped == 3
-    for _ in range(100):  # its reports come back, its lag decays: mirroring resumes
-        if link.lag_s < 0.05:
+    gate = await (await api.get("/admin/gate")).json()
+    assert "inconclusive: 2 of 5 sampled requests mirrored (40.0%, minimum 50%); " \
+           "3 shed (60.0%): worker_busy 3" in gate["reasons"]
+    for _ in range(100):  # its progress reports come back: mirroring resumes
+        if not mirror.link.behind(0.3):
             break
         await asyncio.sleep(0.05)
     await (await client.post("/v1/completions", json=GREEDY)).read()
-    await _stats_when(api, _recorded(2))
+    await _stats_when(api, _recorded(3))
 
 
 async def test_shutdown_records_every_mirror_in_flight(backend, proxy, admin, make_config,
@@ -186,7 +208,7 @@ def test_start_goes_first_and_a_lost_exchange_sends_nothing_more():
     from proxy.mirror.remote import FLUSH_BYTES, RemoteExchange
 
     link = _Link()
-    exchange = RemoteExchange(link, 7, [], ("start", 7))  # type: ignore[arg-type]
+    exchange = RemoteExchange(link, 7, None, [], ("start", 7))  # type: ignore[arg-type]
     tap = exchange.tap_for("text/event-stream")
     tap(b"x" * FLUSH_BYTES, 1.0)  # a flush before the deferred start ran
     exchange.send_start()  # the loop's turn comes: already sent, not twice
@@ -194,7 +216,7 @@ def test_start_goes_first_and_a_lost_exchange_sends_nothing_more():
     assert [m[0] for m in link.sent] == ["start", "chunks", "end"]
 
     link = _Link()
-    lost = RemoteExchange(link, 8, [], ("start", 8))  # type: ignore[arg-type]
+    lost = RemoteExchange(link, 8, None, [], ("start", 8))  # type: ignore[arg-type]
     lost.gone = True  # the worker died; a restarted one never heard of it
     lost.tap_for("text/event-stream")(b"x", 1.0)
     lost.primary_done(RelayResult(status=200))

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
+from proxy.compare.gate import AdmissionCounts, GateInputs, evaluate
 from proxy.compare.types import ExchangeRecord
-from proxy.report.model import build_report
+from proxy.report.model import build_report, report_json
 from proxy.report.text import render_text
 
 
@@ -24,3 +26,19 @@ def test_text_without_baseline_says_how_to_get_one(
 ) -> None:
     text = render_text(build_report(records_of(count=10, baseline=False)))
     assert "--baseline" in text and "VERDICT: INCONCLUSIVE" in text
+
+
+def test_text_and_json_say_how_many_sampled_requests_were_shed_and_why(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    admission = AdmissionCounts(40, {"overload": 30, "worker_busy": 9})
+    records = records_of(count=1)
+    report = build_report(records, verdict=evaluate(
+        replace(GateInputs.from_records(records), admission=admission)), admission=admission)
+    text = render_text(report)
+    assert "Mirrored 1 of 40 sampled requests (2.5%); shed 39: overload 30, worker_busy 9" in text
+    assert "- inconclusive: 1 of 40 sampled requests mirrored (2.5%, minimum 50%)" in text
+    document = report_json(report)
+    assert document["admission"]["shed"] == {"overload": 30, "worker_busy": 9}
+    assert document["admission"]["drop_rate"] == 39 / 40
+    assert "Mirrored" not in render_text(build_report(records))  # nothing counted: no line
