@@ -12,19 +12,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the whole thing on simulated backends (no GPU, < 1 minute)",
         description=(
             "Show the launcher's dry run on the upgrade guide's command, start simulated old, "
-            "new and baseline vLLM servers and the mirroring proxy on loopback ports, send "
-            "mixed traffic, then print the live gate and the report and write the HTML report."
+            "new and baseline vLLM servers and the proxy on loopback ports; a cutover from old "
+            "to new under steady client traffic (shadowing, the gate, promotion with the old "
+            "one as the shadow, drain; or an abort), then the report and the HTML report."
         ),
     )
     parser.add_argument(
         "--scenario",
         choices=("regression", "healthy"),
-        default="regression",
-        help="regression: the new version is slower to first token and diverges on some "
-        "prompts; healthy: same speed, noise-level divergence (default: %(default)s)",
+        default="healthy",
+        help="healthy: same speed, noise-level divergence: the cutover promotes it; "
+        "regression: slower to first token and diverging on some prompts: the cutover "
+        "aborts (default: %(default)s)",
     )
     parser.add_argument("--requests", type=int, default=180, help="client requests to send")
-    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    parser.add_argument("--concurrency", type=int, default=8, help="clients streaming through the cutover")
     parser.add_argument(
         "--out-dir",
         metavar="DIR",

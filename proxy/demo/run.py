@@ -83,7 +83,7 @@ def _sim_args(version: str, ttft_ms: int, divergence_rate: float, seed: int) -> 
         "--model-name",
         MODEL,
         "--itl-ms",
-        "3",
+        "10",
         "--jitter",
         "0.2",
         "--natural-tokens",
@@ -104,9 +104,9 @@ def sim_knobs(config: DemoConfig) -> dict[str, list[str]]:
     """
     regression = config.scenario == "regression"
     return {
-        "old": _sim_args("0.31.0-sim", 15, 0.0, 1),
-        "new": _sim_args("0.32.0-sim", 60 if regression else 15, 0.08 if regression else 0.02, 2),
-        "baseline": _sim_args("0.31.0-sim", 15, 0.02, 3),
+        "old": _sim_args("0.31.0-sim", 40, 0.0, 1),
+        "new": _sim_args("0.32.0-sim", 160 if regression else 40, 0.08 if regression else 0.02, 2),
+        "baseline": _sim_args("0.31.0-sim", 40, 0.02, 3),
     }
 
 
