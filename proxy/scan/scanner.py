@@ -94,7 +94,10 @@ def scan_file(path: Path, kind: FileKind, original: bytes, translate: Translate,
         return FileResult(label, findings)
     new_masked, applied = apply_plans(masked, plans, kind == "yaml")
     new_text = unmasked(new_masked, mask, text)
-    if not applied or new_text == text:
+    if not applied:
+        return FileResult(label, findings, error=f"{label}: the fixes could not be placed "
+                                                 "safely; left unchanged")
+    if new_text == text:
         return FileResult(label, findings)
     left = [f for f, _ in scan_text(label, kind, new_masked, translate)]
     done = [f for f, p in results if p is not None and p in applied]
