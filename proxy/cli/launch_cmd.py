@@ -181,7 +181,7 @@ def _launch(args: argparse.Namespace) -> int:
     if args.dry_run:
         if preflight is not None and not preflight[0]:
             print(f"preflight: a real launch would stop here: {preflight[2]}", file=sys.stderr)
-        print(explain.command_text(argv, plan.env))
+        _print_command(explain.command_text(argv, plan.env))
         return 0
     if preflight is not None and not preflight[0]:
         raise _Stop("preflight failed, vLLM not started: " + preflight[2], EXIT_PREFLIGHT)
@@ -191,6 +191,17 @@ def _launch(args: argparse.Namespace) -> int:
         execute.exec_vllm(argv, plan.env)
     except OSError as exc:
         raise _Stop(f"cannot run {argv[0]!r}: {exc.strerror}", EXIT_NOT_FOUND) from None
+
+
+def _print_command(line: str) -> None:
+    """Print the final command; argv bytes that are not UTF-8 (lone surrogates here) go
+    out as they came, so the line still runs in a shell."""
+    try:
+        print(line)
+    except UnicodeEncodeError:  # a strict stdout (UTF-8 locale)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(line.encode("utf-8", "surrogateescape") + b"\n")
+        sys.stdout.flush()
 
 
 def _detect_capability() -> tuple[int, int] | None:
