@@ -75,7 +75,9 @@ class _Walk:
         self.links: list[Path] = []
 
     def tree(self, top: Path) -> Iterator[tuple[Path, str | None]]:
-        for dirpath, dirnames, filenames in os.walk(top):
+        unreadable: list[OSError] = []
+        for dirpath, dirnames, filenames in os.walk(top, onerror=unreadable.append):
+            yield from _unreadable_dirs(unreadable)
             self.seen.add(os.path.realpath(dirpath))
             dirnames[:] = [d for d in sorted(dirnames) if d not in SKIP_DIRS
                            and not self._link(Path(dirpath) / d)
@@ -89,6 +91,7 @@ class _Walk:
                     yield path, None
                 elif kind_of(path, b"") is not None:
                     yield path, "not a regular file"
+        yield from _unreadable_dirs(unreadable)
 
     def _link(self, path: Path) -> bool:
         if path.is_symlink():
@@ -110,7 +113,16 @@ class _Walk:
             yield from self.tree(link)
         else:
             self.seen.add(str(real))
-            yield link, None if real.is_file() else "not a regular file"
+            if real.is_file():
+                yield link, None
+            elif kind_of(link, b"") or kind_of(real, b""):
+                yield link, "not a regular file"
+
+
+def _unreadable_dirs(errors: list[OSError]) -> Iterator[tuple[Path, str | None]]:
+    while errors:
+        err = errors.pop(0)
+        yield Path(err.filename), f"cannot read the directory ({err.strerror or err})"
 
 
 def _readable_kind(link: Path, real: Path) -> bool:

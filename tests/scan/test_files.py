@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,3 +86,19 @@ def test_backup_never_overwrites(tmp_path: Path) -> None:
     assert backup.name == "run.sh.bak.1" and backup.read_bytes() == b"original\n"
     assert (tmp_path / "run.sh.bak").read_text() == "older backup\n"
     assert target.read_text() == "fixed\n" and target.stat().st_mode & 0o777 == 0o750
+
+
+def test_an_unreadable_directory_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "serve.sh").write_text("x\n")
+    (tmp_path / "run.sh").write_text("x\n")
+    scandir = os.scandir
+
+    def refusing(path: Any) -> Any:  # root reads every directory: refuse one by hand
+        if os.fspath(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    assert _walked(tmp_path) == [("run.sh", None),
+                                 ("locked", "cannot read the directory (Permission denied)")]
