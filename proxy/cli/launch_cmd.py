@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import sys
 import tempfile
@@ -15,6 +14,8 @@ from typing import Any
 EXIT_BAD_INPUT = 2
 EXIT_PREFLIGHT = 3
 EXIT_NOT_FOUND = 127
+# Where a dry run says the translated --config copy would go (mkdtemp's name pattern).
+PENDING_DIR = os.path.join(tempfile.gettempdir(), "vllm-cutover-XXXXXXXX")
 
 DESCRIPTION = """\
 Start vLLM with a command written for another vLLM version. The FP4 kernel settings in it
@@ -90,15 +91,6 @@ class _Stop(Exception):
         self.code = code
 
 
-def parse_capability(text: str) -> tuple[int, int]:
-    """`10.0` -> (10, 0); anything else is an error quoting the text."""
-    match = re.fullmatch(r"\s*(\d{1,2})\.(\d)\s*", text)
-    if not match:
-        raise _Stop(f"invalid --compute-capability {text!r} (expected MAJOR.MINOR, e.g. 10.0)",
-                    EXIT_BAD_INPUT)
-    return int(match.group(1)), int(match.group(2))
-
-
 def _run(args: argparse.Namespace) -> int:
     try:
         return _launch(args)
@@ -111,7 +103,9 @@ def _launch(args: argparse.Namespace) -> int:
     from proxy.launcher import execute, explain
     from proxy.launcher.command import CommandError, find_flags, parse_command, server_argv
     from proxy.launcher.config_file import ConfigError, read_config, translated_path
-    from proxy.launcher.planner import plan_launch
+    from proxy.launcher.gpus import parse_capability
+    from proxy.launcher.kernel_config import KernelConfigError
+    from proxy.launcher.planner import Plan, plan_launch
     from proxy.launcher.translate import TranslationError
     from proxy.launcher.versions import (
         VersionError,
@@ -124,8 +118,15 @@ def _launch(args: argparse.Namespace) -> int:
     if words[:1] == ["--"]:
         words = words[1:]
     env = dict(os.environ)
-    capability = parse_capability(args.compute_capability) if args.compute_capability else None
-    exec_prefix = shlex.split(args.exec_prefix) if args.exec_prefix else []
+    try:
+        capability = (None if args.compute_capability is None
+                      else parse_capability(args.compute_capability))
+    except ValueError as exc:
+        raise _Stop(str(exc), EXIT_BAD_INPUT) from None
+    try:
+        exec_prefix = shlex.split(args.exec_prefix) if args.exec_prefix else []
+    except ValueError as exc:
+        raise _Stop(f"--exec-prefix {args.exec_prefix!r}: {exc}", EXIT_BAD_INPUT) from None
     try:
         command = parse_command(words, is_program=lambda w: execute.is_program(w, env))
         python = execute.resolve_vllm_python(command, override=args.vllm_python, env=env,
@@ -140,13 +141,18 @@ def _launch(args: argparse.Namespace) -> int:
         config = read_config(config_uses[-1].value or "") if config_uses else None
         if capability is None and not args.no_preflight:
             capability = _detect_capability()
-        out_path = None
-        if config is not None:
-            out_dir = args.config_out or tempfile.mkdtemp(prefix="vllm-cutover-")
-            out_path = translated_path(config.path, out_dir)
-        plan = plan_launch(command, env, config, target=target, compute_capability=capability,
-                           policy=args.policy, config_out_path=out_path)
-    except (CommandError, ConfigError, TranslationError, VersionError) as exc:
+
+        def plan_with(out_dir: str) -> Plan:
+            out_path = None if config is None else translated_path(config.path, out_dir)
+            return plan_launch(command, env, config, target=target,
+                               compute_capability=capability, policy=args.policy,
+                               config_out_path=out_path)
+
+        # The temporary directory is made only when a real launch needs the copy.
+        plan = plan_with(args.config_out or PENDING_DIR)
+        if plan.config_contents is not None and not args.config_out and not args.dry_run:
+            plan = plan_with(tempfile.mkdtemp(prefix="vllm-cutover-"))
+    except (CommandError, ConfigError, KernelConfigError, TranslationError, VersionError) as exc:
         raise _Stop(str(exc), EXIT_BAD_INPUT) from None
 
     for change in plan.changes:
@@ -167,11 +173,15 @@ def _launch(args: argparse.Namespace) -> int:
     if plan.config_contents is not None and plan.config_path:
         from proxy.launcher.config_file import write_config
 
-        write_config(plan.config_contents, plan.config_path)
+        if args.config_out or not args.dry_run:
+            write_config(plan.config_contents, plan.config_path)
+        else:
+            print("dry run: the translated --config copy is not written (--config-out DIR "
+                  "writes it)", file=sys.stderr)
     if args.dry_run:
         if preflight is not None and not preflight[0]:
             print(f"preflight: a real launch would stop here: {preflight[2]}", file=sys.stderr)
-        print(explain.command_text(argv, plan.env))
+        _print_command(explain.command_text(argv, plan.env))
         return 0
     if preflight is not None and not preflight[0]:
         raise _Stop("preflight failed, vLLM not started: " + preflight[2], EXIT_PREFLIGHT)
@@ -181,6 +191,17 @@ def _launch(args: argparse.Namespace) -> int:
         execute.exec_vllm(argv, plan.env)
     except OSError as exc:
         raise _Stop(f"cannot run {argv[0]!r}: {exc.strerror}", EXIT_NOT_FOUND) from None
+
+
+def _print_command(line: str) -> None:
+    """Print the final command; argv bytes that are not UTF-8 (lone surrogates here) go
+    out as they came, so the line still runs in a shell."""
+    try:
+        print(line)
+    except UnicodeEncodeError:  # a strict stdout (UTF-8 locale)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(line.encode("utf-8", "surrogateescape") + b"\n")
+        sys.stdout.flush()
 
 
 def _detect_capability() -> tuple[int, int] | None:

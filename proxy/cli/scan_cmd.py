@@ -2,7 +2,8 @@
 
 Finds deprecated vLLM FP4 flags, env vars and config keys in deployment files and
 prints the fix for the target version. Exit codes: 0 nothing found (or everything
-fixed with --fix), 1 findings remain, 2 bad input (missing path, bad option value).
+fixed with --fix), 1 findings remain, 2 bad input (missing path, bad option value) or a
+file it could not read (unless --allow-skipped).
 """
 
 from __future__ import annotations
@@ -36,23 +37,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "unknown)")
     parser.add_argument("--fix", action="store_true",
                         help="rewrite files in place, keeping FILE.bak backups")
-    parser.add_argument("--json", action="store_true", help="print findings as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print findings (and skipped files) as JSON")
+    parser.add_argument("--allow-skipped", action="store_true",
+                        help="exit 0 even when files could not be read (they are still "
+                             "named); by default a skipped file makes the scan fail")
+    parser.add_argument("--max-file-bytes", type=_positive_int, default=None, metavar="N",
+                        help="files larger than this are skipped, not read (default: 5000000)")
     parser.set_defaults(func=_run)
 
 
-def parse_compute_capability(text: str | None) -> tuple[int, int] | None:
-    """"10.0" -> (10, 0); raises ValueError quoting the bad value."""
-    if text is None:
-        return None
-    major, dot, minor = text.strip().partition(".")
-    if not major.isdigit() or (dot and not minor.isdigit()):
-        raise ValueError(f"--compute-capability: expected MAJOR.MINOR like 10.0, got {text!r}")
-    return int(major), int(minor or 0)
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes, got {text!r}")
+    return int(text)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from proxy.launcher.gpus import parse_capability
     from proxy.scan.rules_bridge import make_translate
-    from proxy.scan.scanner import scan_paths
+    from proxy.scan.scanner import MAX_FILE_BYTES, scan_paths
+    from proxy.scan.undecodable import printable
 
     paths = [Path(p) for p in args.paths]
     missing = [str(p) for p in paths if not p.exists()]
@@ -61,34 +66,42 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        capability = parse_compute_capability(args.compute_capability)
+        capability = (None if args.compute_capability is None
+                      else parse_capability(args.compute_capability))
         translate = make_translate(args.target_version, args.policy, capability)
     except ValueError as err:
         print(f"vllm-cutover scan: {err}", file=sys.stderr)
         return 2
-    report = scan_paths(paths, translate, fix=args.fix)
+    report = scan_paths(paths, translate, fix=args.fix,
+                        max_file_bytes=args.max_file_bytes or MAX_FILE_BYTES)
     fixed = set(map(id, report.fixed))
     remaining = [f for f in report.findings if id(f) not in fixed]
     if args.json:
         rows = [dict(f.to_json(), status="fixed" if id(f) in fixed else f.status)
-                for f in report.findings]
-        json.dump(rows, sys.stdout, indent=2)
+                for f in report.findings] + [s.to_json() for s in report.skipped]
+        shown = [{k: printable(v) if isinstance(v, str) else v for k, v in row.items()}
+                 for row in rows]
+        json.dump(shown, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         for finding in report.findings:
             mark = " [fixed]" if id(finding) in fixed else ""
-            print(finding.human() + mark)
+            print(printable(finding.human() + mark))
+    for skipped in report.skipped:
+        print(printable(f"vllm-cutover scan: skipped {skipped.path}: {skipped.why}"),
+              file=sys.stderr)
     for error in report.errors:
-        print(f"vllm-cutover scan: {error}", file=sys.stderr)
+        print(printable(f"vllm-cutover scan: {error}"), file=sys.stderr)
     for warning in report.warnings:
-        print(f"vllm-cutover scan: skipped {warning}", file=sys.stderr)
+        print(printable(f"vllm-cutover scan: skipped {warning}"), file=sys.stderr)
     manual = sum(f.status == "manual" for f in report.findings)
     summary = (f"{len(report.findings)} finding(s) in {len(report.files)} of {report.scanned} "
-               f"file(s) for vLLM {args.target_version}; {manual} need a manual edit")
+               f"file(s) for vLLM {args.target_version}; {manual} need a manual edit; "
+               f"{len(report.skipped)} file(s) skipped, not read")
     if args.fix:
         backups = [r.backup for r in report.files if r.backup]
         summary += f"; fixed {len(fixed)} (backups: {', '.join(backups) or 'none'})"
     print(summary, file=sys.stderr)
     if remaining:
         return 1
-    return 2 if report.errors else 0
+    return 2 if report.errors or (report.skipped and not args.allow_skipped) else 0

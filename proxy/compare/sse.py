@@ -60,7 +60,8 @@ class SSEDecoder:
             self._event = None
             return [chunk[6:-2]]
         if (chunk[-2:] == b"\n\n" and not self._partial and not self._data
-                and not self._skip_lf and b"\r" not in chunk):
+                and not self._skip_lf and b"\r" not in chunk
+                and len(chunk) <= self.max_line_bytes):
             out: list[bytes] = []
             for part in chunk[:-2].split(b"\n\n"):
                 if part[:6] == b"data: " and b"\n" not in part:
@@ -95,11 +96,12 @@ class SSEDecoder:
             self._skip_lf = buf[-1] == 0x0D
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
+        # A line is refused however it arrives: whole in one chunk or grown over several.
+        if len(buf) > self.max_line_bytes and max(map(len, lines)) > self.max_line_bytes:
+            raise ValueError(f"SSE line longer than {self.max_line_bytes} bytes")
         last = lines.pop()
         self._partial = [last] if last else []
         self._partial_len = len(last)
-        if self._partial_len > self.max_line_bytes:
-            raise ValueError(f"SSE line longer than {self.max_line_bytes} bytes")
         events: list[SSEEvent] | list[bytes] = []
         data = self._data
         for line in lines:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,13 @@ def read_config(path: str) -> ConfigFile:
     if not path.endswith((".yaml", ".yml")):
         raise ConfigError(f"--config {path!r}: vLLM only reads .yaml/.yml config files")
     try:
-        with open(path, encoding="utf-8") as handle:
+        # Non-blocking open: a FIFO would otherwise wait for a writer forever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ConfigError(f"--config {path!r}: not a regular file")
+        os.set_blocking(fd, True)
+        with open(fd, encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
     except OSError as exc:
         raise ConfigError(f"--config {path!r}: cannot read it ({exc.strerror})") from None

@@ -6,6 +6,7 @@ the self-test; cheap to import.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from packaging.version import InvalidVersion, Version
@@ -15,6 +16,13 @@ GpuFamily = Literal["sm100", "sm120", "marlin", "unsupported", "unknown", "none"
 SM100_FAMILY = frozenset({(10, 0), (10, 3), (10, 7), (11, 0)})
 SM120_FAMILY = frozenset({(12, 0), (12, 1)})
 MARLIN_MIN_CC = (7, 5)
+# Every compute capability a CUDA GPU has reported, as nvidia-smi prints it ("10.0"); Thor
+# was 10.1 before CUDA 13 named it 11.0.
+KNOWN_CAPABILITIES = frozenset({
+    (1, 0), (1, 1), (1, 2), (1, 3), (2, 0), (2, 1), (3, 0), (3, 2), (3, 5), (3, 7), (5, 0),
+    (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5), (8, 0), (8, 6), (8, 7),
+    (8, 8), (8, 9), (9, 0), (10, 0), (10, 1), (10, 3), (10, 7), (11, 0), (12, 0), (12, 1),
+})
 
 FAMILY_LABEL: dict[GpuFamily, str] = {
     "sm100": "SM100-family (native NVFP4 W4A4)",
@@ -66,6 +74,22 @@ FLASHINFER_PINS: dict[tuple[int, int], str] = {
     (0, 32): "0.7.0.post1",
     (0, 33): "0.7.2.post1",
 }
+
+
+def parse_capability(text: str) -> tuple[int, int]:
+    """"10.0" -> (10, 0), as `nvidia-smi --query-gpu=compute_cap` prints it. "10" is
+    refused, not read as 10.0: "12" could be 12.0 or 12.1, which are different GPUs.
+    Raises ValueError quoting the text."""
+    match = re.fullmatch(r"\s*([0-9]{1,2})\.([0-9])\s*", text)
+    if not match:
+        raise ValueError(f"--compute-capability: expected MAJOR.MINOR as nvidia-smi prints "
+                         f"it, e.g. 10.0, got {text!r}")
+    capability = int(match.group(1)), int(match.group(2))
+    if capability not in KNOWN_CAPABILITIES:
+        known = ", ".join(f"{a}.{b}" for a, b in sorted(KNOWN_CAPABILITIES) if a >= 7)
+        raise ValueError(f"--compute-capability: no GPU has compute capability {text!r} "
+                         f"(known from 7.0: {known})")
+    return capability
 
 
 def gpu_family(cc: tuple[int, int] | None) -> GpuFamily:

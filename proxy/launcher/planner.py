@@ -16,10 +16,12 @@ from packaging.version import Version
 
 from proxy.launcher.command import Command, FlagUse, find_flags
 from proxy.launcher.config_file import ConfigFile, config_settings
+from proxy.launcher.kernel_config import merge_kernel_config, parse_kernel_config
 from proxy.launcher.rules import SOURCES, Policy
 from proxy.launcher.translate import Change, Setting, translate
 
 KERNEL_CONFIG = "--kernel-config"
+CONFIG_KEYS = ("kernel-config", "kernel_config")
 FLAG_NAMES = frozenset(
     [n for s in SOURCES if s.kind == "flag" for n in (s.name, *s.aliases)] + ["--config"]
 )
@@ -45,30 +47,30 @@ class Plan:
         return tuple(c for c in self.changes if c.kind == "warning")
 
 
-def _merge_kernel_config(existing: str, added: str) -> str | None:
-    """Add our NVFP4 entry to a user's --kernel-config JSON; None when it is not JSON."""
-    try:
-        base = json.loads(existing)
-    except ValueError:
-        return None
-    if not isinstance(base, dict):
-        return None
-    per_quant = dict(base.get("linear_backend_per_quant") or {})
-    per_quant.update(json.loads(added)["linear_backend_per_quant"])
-    return json.dumps({**base, "linear_backend_per_quant": per_quant})
+def _merged(existing: Any, added: str) -> Any:
+    """Our NVFP4 entry added to a user's kernel config, in the user's form (JSON text, or a
+    mapping in a YAML file); the user's was checked by `_check_kernel_configs`."""
+    merged = merge_kernel_config(parse_kernel_config(existing), json.loads(added))
+    return merged if isinstance(existing, dict) else json.dumps(merged)
+
+
+def _check_kernel_configs(uses: list[FlagUse], config: ConfigFile | None) -> None:
+    """Refuse a user's --kernel-config that vLLM would refuse or we could not merge with."""
+    for use in uses:
+        if use.name == KERNEL_CONFIG:
+            parse_kernel_config(use.value or "")
+    for key in CONFIG_KEYS:
+        if config is not None and key in config.contents:
+            parse_kernel_config(config.contents[key], f"--config {config.path!r}: {key}:")
 
 
 def _set_config_key(contents: dict[str, Any], setting: Setting) -> None:
     value = setting.value or ""
     if setting.name == KERNEL_CONFIG[2:]:
-        for key in ("kernel-config", "kernel_config"):
+        for key in CONFIG_KEYS:
             if key in contents:
-                existing = contents[key]
-                text = json.dumps(existing) if isinstance(existing, dict) else str(existing)
-                merged = _merge_kernel_config(text, value)
-                if merged is not None:
-                    contents[key] = json.loads(merged) if isinstance(existing, dict) else merged
-                    return
+                contents[key] = _merged(contents[key], value)
+                return
     contents[setting.name] = value
 
 
@@ -93,13 +95,12 @@ def _apply_flags(
             found = find_flags(out, frozenset([KERNEL_CONFIG]))
             if found:
                 use = found[-1]
-                merged = _merge_kernel_config(use.value or "", setting.value or "")
-                if merged is not None:
-                    out[use.index: use.index + use.width] = [KERNEL_CONFIG, merged]
-                    notes.append(Change("warning", shlex.join([KERNEL_CONFIG, use.value or ""]),
-                                        shlex.join([KERNEL_CONFIG, merged]),
-                                        "your --kernel-config is kept; the NVFP4 entry is added"))
-                    continue
+                merged = _merged(use.value or "", setting.value or "")
+                out[use.index: use.index + use.width] = [KERNEL_CONFIG, merged]
+                notes.append(Change("warning", shlex.join([KERNEL_CONFIG, use.value or ""]),
+                                    shlex.join([KERNEL_CONFIG, merged]),
+                                    "your --kernel-config is kept; the NVFP4 entry is added"))
+                continue
         out.extend([setting.name] + ([] if setting.value is None else [setting.value]))
     return out, notes
 
@@ -118,6 +119,7 @@ def plan_launch(
     args = list(command.args)
     uses = find_flags(args, FLAG_NAMES)
     flag_uses = [u for u in uses if u.name != "--config"]
+    _check_kernel_configs(flag_uses, config)
     origin: dict[int, tuple[str, Any]] = {}
     settings: list[Setting] = []
     # Order = precedence among equals, as in vLLM: config file < command line.
@@ -153,9 +155,13 @@ def plan_launch(
             new_env.pop(ref, None)
         else:
             contents.pop(ref, None)
+    in_command = any(u.name == KERNEL_CONFIG for u in flag_uses)
     for new in additions:
         if new.kind == "env":
             new_env[new.name] = new.value or ""
+        elif new.kind == "config" and in_command and new.name == KERNEL_CONFIG[2:]:
+            # vLLM lets the command's --kernel-config replace the file's whole key.
+            append.append(Setting("flag", KERNEL_CONFIG, new.value))
         elif new.kind == "config":
             _set_config_key(contents, new)
         else:

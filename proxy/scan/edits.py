@@ -127,7 +127,9 @@ def remove_entry(occ: Occurrence) -> list[Edit] | None:
     if not isinstance(site, KeyValueSite):
         return None
     start, end = site.entry_span
-    if start > 0 and text[start - 1] != "\n":
+    # A span that ends in blanks (`A=1 ` before the program) takes its separator with
+    # it; eating the blanks before as well would overlap a neighbour's removal.
+    if start > 0 and text[start - 1] != "\n" and text[end - 1] not in " \t\n":
         return [_remove_words(text, start, end)]
     return [Edit(start, end, "")]
 

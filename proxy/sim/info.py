@@ -7,7 +7,7 @@ import json
 from aiohttp import web
 
 from proxy.sim.metrics import render_metrics
-from proxy.sim.request import RequestError, chat_prompt
+from proxy.sim.request import RequestError, chat_prompt, tokenizable
 from proxy.sim.state import SIM_STATE, error_response, json_response
 
 
@@ -47,9 +47,9 @@ async def tokenize(request: web.Request) -> web.Response:
         if not isinstance(body, dict):
             raise RequestError(400, "request body must be a JSON object")
         if "messages" in body:
-            text = chat_prompt(body["messages"])
+            text = tokenizable(chat_prompt(body["messages"]))
         elif isinstance(body.get("prompt"), str):
-            text = body["prompt"]
+            text = tokenizable(body["prompt"])
         else:
             raise RequestError(400, "tokenize needs a string prompt or messages", "prompt")
     except json.JSONDecodeError as exc:

@@ -15,6 +15,12 @@ from typing import Any, Literal
 from proxy.sim.vocab import Vocab
 
 Endpoint = Literal["completions", "chat"]
+# vLLM 0.32 hands prompt text to its Hugging Face tokenizer, which refuses a string that
+# is not valid Unicode (JSON can carry a lone surrogate, "\ud800") with this TypeError;
+# vLLM answers it as a 400 BadRequestError with the message as is.
+TOKENIZER_REFUSES = (
+    "TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence, InputSequence]]"
+)
 
 
 class RequestError(Exception):
@@ -104,14 +110,23 @@ def chat_prompt(messages: Any) -> str:
     return "".join(parts)
 
 
+def tokenizable(text: str) -> str:
+    """`text`, or the 400 vLLM's tokenizer gives when it holds a lone surrogate."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(400, TOKENIZER_REFUSES) from None
+    return text
+
+
 def _prompt_ids(endpoint: Endpoint, body: dict[str, Any], vocab: Vocab) -> tuple[int, ...]:
     if endpoint == "chat":
-        return tuple(vocab.tokenize(chat_prompt(body.get("messages"))))
+        return tuple(vocab.tokenize(tokenizable(chat_prompt(body.get("messages")))))
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return tuple(vocab.tokenize(prompt))
+        return tuple(vocab.tokenize(tokenizable(prompt)))
     if (
         isinstance(prompt, list)
         and prompt

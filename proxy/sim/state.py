@@ -51,11 +51,14 @@ SIM_STATE = web.AppKey("sim_state", SimState)
 
 
 def json_response(body: object, status: int = 200) -> web.Response:
-    return web.Response(
-        body=json.dumps(body, ensure_ascii=False).encode(),
-        status=status,
-        content_type="application/json",
-    )
+    try:
+        data = json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        # A lone surrogate from the request (a model name echoed in a 404): vLLM's
+        # JSONResponse fails the same way and its ValueError handler answers this 400.
+        data = json.dumps(error_body(400, str(exc), "BadRequestError")).encode()
+        status = 400
+    return web.Response(body=data, status=status, content_type="application/json")
 
 
 def error_response(

@@ -108,6 +108,17 @@ def test_config_file_copy(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--", "bash", "-c", "true"], "unknown entry form 'bash'"),
     (["--compute-capability", "abc", "--", "vllm", "serve", "m"], "'abc'"),
+    (["--compute-capability", "99.9", "--", "vllm", "serve", "m"],
+     "no GPU has compute capability '99.9'"),
+    (["--compute-capability", "10", "--", "vllm", "serve", "m"], "got '10'"),
+    (["--exec-prefix", "'python", "--", "m"], "--exec-prefix \"'python\": No closing quotation"),
+    (["--vllm-version", "0.32.0", "--", "vllm", "serve", "m", "--kernel-config", "{not json"],
+     "--kernel-config '{not json': not valid JSON"),
+    (["--vllm-version", "0.32.0", "--compute-capability", "10.0", "--", "vllm", "serve", "m",
+      "--fp4-gemm-backend", "cutlass", "--kernel-config", "{not json"], "'{not json'"),
+    (["--vllm-version", "0.32.0", "--", "vllm", "serve", "m", "--fp4-gemm-backend", "cutlass",
+      "--kernel-config", '{"linear_backend_per_quant": "oops"}'],
+     "linear_backend_per_quant must map"),
     (["--vllm-version", "0.9.2", "--", "vllm", "serve", "m"], "not supported"),
     (["--vllm-version", "banana", "--", "vllm", "serve", "m"], "'banana'"),
     (["--", "vllm", "serve", "m", "--fp4-gemm-backend", "fastest"], "'fastest'"),
@@ -119,8 +130,39 @@ def test_bad_input_exits_2_and_runs_nothing(
 ) -> None:
     proc = _launch(["--no-validate", *args], fake_vllm)
     assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not Path(fake_vllm["FAKE_MARKER"]).exists()
+
+
+def test_config_must_be_a_regular_file(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
+    fifo = tmp_path / "serve.yaml"
+    os.mkfifo(fifo)  # reading it would wait for a writer forever
+    proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--vllm-version", "0.32.0",
+                    "--", "vllm", "serve", "m", "--config", str(fifo)], fake_vllm)
+    assert proc.returncode == 2 and f"--config {str(fifo)!r}: not a regular file" in proc.stderr
+
+
+def test_a_temporary_directory_only_when_a_launch_needs_it(
+        tmp_path: Path, fake_vllm: dict[str, str]) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**fake_vllm, "TMPDIR": str(temp)}
+    user = tmp_path / "serve.yaml"
+    user.write_text("fp4-gemm-backend: cutlass\n")
+    launch = ["--no-validate", "--no-preflight", "--vllm-version", "0.32.0",
+              "--compute-capability", "10.0", "--", "vllm", "serve", "m", "--config", str(user)]
+    proc = _launch(["--dry-run", *launch], env)
+    assert proc.returncode == 0, proc.stderr
+    assert "vllm-cutover-XXXXXXXX/serve.vllm-cutover.yaml" in proc.stdout
+    assert "not written" in proc.stderr and not list(temp.iterdir())
+    proc = _launch(launch, env)  # a real launch: vLLM reads the copy after the exec
+    assert proc.returncode == 0, proc.stderr
+    [made] = temp.iterdir()
+    assert f"--config {made / 'serve.vllm-cutover.yaml'}" in proc.stdout
+    made.joinpath("serve.vllm-cutover.yaml").unlink()
+    made.rmdir()
+    user.write_text("port: 8000\n")  # nothing to translate: no copy, no directory
+    assert _launch(launch, env).returncode == 0 and not list(temp.iterdir())
 
 
 def test_help_explains() -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -23,9 +24,12 @@ def test_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "nope" in capsys.readouterr().err
 
 
-def test_bad_compute_capability_exits_2(deploy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["scan", str(deploy), "--compute-capability", "sm100"]) == 2
-    assert "'sm100'" in capsys.readouterr().err
+@pytest.mark.parametrize("capability", ["sm100", "99.9", "10", "100", ""])
+def test_bad_compute_capability_exits_2(capability: str, deploy: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # the same parser as launch: "10" is refused by both, not read as 10.0 by one
+    assert main(["scan", str(deploy), "--compute-capability", capability]) == 2
+    assert repr(capability) in capsys.readouterr().err
 
 
 def test_clean_tree_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -92,3 +96,36 @@ def test_fix_everything_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert script.read_text() == "vllm serve m \\\n  --linear-backend flashinfer_cutlass\n"
     assert (tmp_path / "serve.sh.bak").exists()
     assert main(["scan", str(script), "--target-version", "0.28"]) == 0
+
+
+def test_a_stray_byte_does_not_hide_a_file(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "deploy.sh").write_bytes(
+        b"#!/bin/sh\n# caf\xe9\nvllm serve m --fp4-gemm-backend cutlass\n")
+    assert main(["scan", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert f"{tmp_path / 'deploy.sh'}:3: found --fp4-gemm-backend cutlass" in captured.out
+    assert "1 finding(s) in 1 of 1 file(s)" in captured.err
+
+
+def test_a_skipped_file_fails_the_gate_unless_allowed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "serve.sh").write_text("vllm serve m --fp4-gemm-backend cutlass\n")
+    root = tmp_path / "deploy"
+    root.mkdir()
+    (root / "serve.sh").symlink_to(outside / "serve.sh")
+    (root / os.fsdecode(b"big\xe9.sh")).write_text("vllm serve m\n" + "#" * 64)
+    assert main(["scan", str(root), "--max-file-bytes", "64"]) == 2
+    err = capsys.readouterr().err
+    assert f"skipped {root}/big\\xe9.sh: 77 bytes, over the 64-byte limit" in err
+    assert f"skipped {root / 'serve.sh'}: symlink to {outside / 'serve.sh'}, outside" in err
+    assert "0 finding(s) in 0 of 0 file(s)" in err and "2 file(s) skipped, not read" in err
+    assert main(["scan", str(root), "--max-file-bytes", "64", "--json", "--allow-skipped"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["file"], r["status"]) for r in rows] == [
+        (f"{root}/big\\xe9.sh", "skipped"), (str(root / "serve.sh"), "skipped")]
+    with pytest.raises(SystemExit) as exited:
+        main(["scan", str(root), "--max-file-bytes", "0"])
+    assert exited.value.code == 2 and "'0'" in capsys.readouterr().err

@@ -85,3 +85,25 @@ def test_support_table_matches_the_facts() -> None:
 )
 def test_vllm_kernel_for(cc: tuple[int, int] | None, backend: str | None, phrase: str) -> None:
     assert phrase in gpus.vllm_kernel_for(cc, backend)
+
+
+@pytest.mark.parametrize(("text", "capability"), [
+    ("10.0", (10, 0)), (" 12.1 ", (12, 1)), ("9.0", (9, 0)), ("7.5", (7, 5)), ("11.0", (11, 0)),
+])
+def test_parse_capability(text: str, capability: tuple[int, int]) -> None:
+    assert gpus.parse_capability(text) == capability
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("99.9", "no GPU has"), ("10.9", "no GPU has"), ("0.0", "no GPU has"),
+    ("10", "expected MAJOR.MINOR"), ("10.", "expected MAJOR.MINOR"), ("sm100", "expected"),
+    ("10.0.1", "expected"), ("", "expected"), ("１０.０", "expected"),
+])
+def test_parse_capability_refuses_what_no_gpu_reports(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why) as refused:
+        gpus.parse_capability(text)
+    assert repr(text) in str(refused.value)
+
+
+def test_every_family_member_is_a_known_capability() -> None:
+    assert gpus.SM100_FAMILY | gpus.SM120_FAMILY <= gpus.KNOWN_CAPABILITIES

@@ -11,6 +11,7 @@ from packaging.version import Version
 
 from proxy.launcher.command import API_SERVER_MODULE, Command, parse_command
 from proxy.launcher.config_file import ConfigFile
+from proxy.launcher.kernel_config import KernelConfigError
 from proxy.launcher.planner import plan_launch
 from proxy.launcher.rules import SOURCES
 
@@ -107,6 +108,40 @@ def test_kernel_config_is_merged_with_users_own() -> None:
     merged = json.loads(plan.args[plan.args.index("--kernel-config") + 1])
     assert merged == {"moe_backend": "marlin",
                       "linear_backend_per_quant": {"nvfp4_w4a4": "flashinfer_cutlass"}}
+
+
+@pytest.mark.parametrize("users", ["{not json", '{"linear_backend_per_quant": "oops"}', "[]",
+                                   '{"linear_backend_per_quant": {"nvfp4_w4a4": 1}}', "",
+                                   "[" * 100_000])
+@pytest.mark.parametrize("ours", [[], ["--fp4-gemm-backend", "cutlass"]])
+def test_a_kernel_config_vllm_would_refuse_is_refused(users: str, ours: list[str]) -> None:
+    command = parse_command(["vllm", "serve", "m", *ours, "--kernel-config", users],
+                            is_program=lambda w: False)
+    with pytest.raises(KernelConfigError) as refused:
+        plan_launch(command, {}, None, target=Version("0.32.0"), compute_capability=(10, 0),
+                    policy="migrate")
+    assert repr(users)[:40] in str(refused.value)
+
+
+def test_a_kernel_config_in_the_config_file_is_checked() -> None:
+    command = parse_command(["vllm", "serve", "m", "--config", "c.yaml"],
+                            is_program=lambda w: False)
+    config = ConfigFile("c.yaml", {"kernel_config": {"linear_backend_per_quant": ["marlin"]}})
+    with pytest.raises(KernelConfigError, match=r"--config 'c.yaml': kernel_config: .*marlin"):
+        plan_launch(command, {}, config, target=Version("0.32.0"), compute_capability=(10, 0),
+                    policy="migrate")
+
+
+def test_the_commands_kernel_config_takes_the_entry_for_a_config_key() -> None:
+    # vLLM lets the command's --kernel-config replace the file's: the entry goes there.
+    command = parse_command(["vllm", "serve", "m", "--config", "c.yaml", "--kernel-config",
+                             '{"moe_backend": "marlin"}'], is_program=lambda w: False)
+    config = ConfigFile("c.yaml", {"fp4-gemm-backend": "cutlass"})
+    plan = plan_launch(command, {}, config, target=Version("0.32.0"), compute_capability=(12, 0),
+                       policy="migrate", config_out_path="o.yaml")
+    assert plan.args.count("--kernel-config") == 1 and plan.config_contents == {}
+    assert json.loads(plan.args[plan.args.index("--kernel-config") + 1]) == {
+        "moe_backend": "marlin", "linear_backend_per_quant": {"nvfp4_w4a4": "flashinfer_cutlass"}}
 
 
 def test_env_translation_to_flag_lands_in_args() -> None:

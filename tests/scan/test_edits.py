@@ -100,6 +100,17 @@ def test_remove_env_file_line() -> None:
     assert apply_edits(text, remove_entry(occ) or []) == "A=1\nC=3\n"
 
 
+@pytest.mark.parametrize("keep", [[], ["A"], ["B"], ["C"]])
+def test_removing_neighbouring_env_prefixes(keep: list[str]) -> None:
+    # Found by the scan fuzz test: each removal also took the blank before it, so two
+    # neighbours overlapped and --fix changed nothing.
+    text = "A=1 B='x y' \\\n  C=2 vllm serve m\n"
+    edits = [e for name in "ABC" if name not in keep
+             for e in remove_entry(_shell(text, name)) or []]
+    kept = {"A": "A=1 ", "B": "B='x y' \\\n  ", "C": "C=2 "}
+    assert apply_edits(text, edits) == "".join(kept[n] for n in keep) + "vllm serve m\n"
+
+
 def test_overlapping_edits_rejected() -> None:
     with pytest.raises(ValueError, match="overlapping"):
         apply_edits("abcdef", [Edit(0, 3, ""), Edit(2, 4, "")])

@@ -64,3 +64,37 @@ def test_fix_writes_through_a_symlink(tmp_path: Path, translate) -> None:
     assert report.fixed and link.is_symlink()
     assert real.read_text() == "vllm serve m\n"
     assert (tmp_path / "real.sh.bak").read_text() == "vllm serve m --quantization nvfp4\n"
+
+
+def test_bytes_that_are_not_utf8_are_scanned_and_kept(tmp_path: Path, translate) -> None:
+    script = tmp_path / "deploy.sh"
+    script.write_bytes(b"#!/bin/sh\n# caf\xe9\nvllm serve m --fp4-gemm-backend cutlass\n")
+    chart = tmp_path / "chart.yaml"  # PyYAML refuses the byte; the scan must not
+    chart.write_bytes(b"# \xff\xfe\nargs: [--quantization, nvfp4, --name, 'caf\xe9']\n")
+    report = scan_paths([tmp_path], translate, fix=True)
+    assert report.scanned == 2 and not report.errors and not report.skipped
+    assert {(Path(f.file).name, f.name, f.status) for f in report.findings} == {
+        ("deploy.sh", "--fp4-gemm-backend", "fixable"), ("chart.yaml", "--quantization", "fixable")}
+    assert script.read_bytes() == (b"#!/bin/sh\n# caf\xe9\n"
+                                   b"vllm serve m --linear-backend flashinfer_cutlass\n")
+    assert chart.read_bytes() == b"# \xff\xfe\nargs: [--name, 'caf\xe9']\n"
+    assert scan_paths([tmp_path], translate).findings == []
+
+
+def test_an_undecodable_byte_in_a_value_is_shown_as_a_replacement(tmp_path: Path,
+                                                                   translate) -> None:
+    (tmp_path / "run.sh").write_bytes(b"vllm serve m --fp4-gemm-backend cutl\xe9ss\n")
+    [finding] = scan_paths([tmp_path], translate).findings
+    assert finding.value == "cutl\ufffdss"
+
+
+def test_files_not_read_are_reported(tmp_path: Path, translate) -> None:
+    (tmp_path / "big.sh").write_bytes(b"vllm serve m --fp4-gemm-backend cutlass\n" + b"#" * 100)
+    (tmp_path / "ok.sh").write_text("vllm serve m\n")
+    report = scan_paths([tmp_path], translate, max_file_bytes=100)
+    assert report.scanned == 1 and not report.findings
+    assert [(Path(s.path).name, s.why) for s in report.skipped] == [
+        ("big.sh", "140 bytes, over the 100-byte limit")]
+    named = tmp_path / "model.bin"
+    named.write_bytes(b"\0\1\2")
+    assert [s.why for s in scan_paths([named], translate).skipped] == ["binary, not a text file"]

@@ -243,3 +243,33 @@ async def test_client_disconnect_aborts_the_request() -> None:
             assert 'vllm:num_requests_running{model_name="sim-model",engine="0"} 0' in metrics
     finally:
         await sim.stop()
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/completions", b'{"prompt": "x\\ud800y", "max_tokens": 3}'),
+    ("/v1/completions", b'{"prompt": ["x\\udfffy"], "max_tokens": 3, "stream": true}'),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x\\ud800y"}]}'),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user\\ud800", "content": "x"}]}'),
+    ("/tokenize", b'{"prompt": "x\\ud800y"}'),
+])
+async def test_a_lone_surrogate_is_refused_as_vllm_refuses_it(
+        aiohttp_client: Any, path: str, body: bytes) -> None:
+    # vLLM 0.32: pydantic lets the string through, its tokenizer raises a TypeError, and
+    # the TypeError handler answers 400 BadRequestError with the message as is.
+    client = await client_for(aiohttp_client)
+    resp = await client.post(path, data=body, headers={"Content-Type": "application/json"})
+    assert resp.status == 400 and resp.content_type == "application/json"
+    assert await resp.json() == {"error": {
+        "message": "TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence, "
+                   "InputSequence]]", "type": "BadRequestError", "param": None, "code": 400}}
+    ok = await client.post("/v1/completions", json={"prompt": "x\U0001f642y", "max_tokens": 2})
+    assert ok.status == 200  # a surrogate pair is one character, not a lone surrogate
+
+
+async def test_a_lone_surrogate_in_the_model_name_is_a_json_400(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client)
+    resp = await client.post("/v1/completions", data=b'{"model": "m\\udc00", "prompt": "x"}',
+                             headers={"Content-Type": "application/json"})
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert error["type"] == "BadRequestError" and "surrogates not allowed" in error["message"]
