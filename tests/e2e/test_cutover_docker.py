@@ -212,10 +212,11 @@ def test_faults_get_a_clear_error_and_change_nothing(docker_client: Any,
         # The new container exits at once: failed, with its log; the old one never stopped.
         with LoadThread(proxy.url, MODEL, clients=8) as load:
             assert cutover_cli(proxy, "start", "--old", old, "--new-image", new_image,
-                               "--new-command", "--no-such-flag", *FAST_CUTOVER
+                               "--new-command=--no-such-flag", *FAST_CUTOVER
                                ).returncode == 0
             second = cutover_cli(proxy, "start", "--old", old, "--new-image", new_image)
-            assert second.returncode != 0 and "running" in second.stderr.lower(), second
+            assert second.returncode == 4 and "409" in second.stderr and "still" in second.stderr, \
+                second
             failed = proxy.wait_phase(["failed"], 120)
             result = load.stop()
         _no_failure(result)
