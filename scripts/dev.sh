@@ -89,6 +89,12 @@ vllm_venv() {
         "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
         touch "$venv/.complete"
     fi
+    # vLLM's CPU attention runs AMX instructions without asking Linux for the AMX state
+    # (arch_prctl ARCH_REQ_XCOMP_PERM): where nothing else asked first, its worker dies of
+    # SIGILL on the first prompt. This .pth asks at every interpreter start of the venv.
+    local site
+    site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    cp "$ROOT/images/vllm/amx-permission.pth" "$site/zz-amx-permission.pth"
     export VLLM_CUTOVER_VLLM_PYTHON="$venv/bin/python"
 }
 

@@ -98,6 +98,7 @@ class ImageBuilder:
             _link_tree(self._package_wheels(), context / ".whl")
             _link_tree(vllm_wheelhouse(), context / "wheelhouse")
             shutil.copytree(model_dir, context / "model", dirs_exist_ok=True)
+            shutil.copy2(REPO_ROOT / "images" / "vllm" / "amx-permission.pth", context)
             self._built["vllm"] = self._build(
                 "vllm", REPO_ROOT / "images" / "vllm" / "Dockerfile", context)
         return self._built["vllm"]
