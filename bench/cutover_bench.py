@@ -1,6 +1,6 @@
 """Benchmark of the container cutover on the real Docker engine, under steady client load.
 
-    python bench/cutover_bench.py             # 3 rounds, about 4 minutes (images built first)
+    python bench/cutover_bench.py             # 3 rounds, about 2.5 minutes (+40 s to build the sim image)
     python bench/cutover_bench.py --smoke     # 1 round of short windows: proves it runs
     python bench/cutover_bench.py --json-out cutover.json --keep-logs
 
