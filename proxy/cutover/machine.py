@@ -115,7 +115,8 @@ def needs(state: CutoverState) -> frozenset[Probe]:
     wanted: set[Probe]
     if state.pending == "rollback" or phase is Phase.ROLLING_BACK:
         wanted = {"routes", "old", "old_health", "inflight", "new"}
-    elif state.pending == "abort" or phase is Phase.STARTING_NEW:
+    elif state.pending in ("abort", "force_promote") or phase is Phase.STARTING_NEW:
+        # a forced promotion skips the gate: evaluating it would only delay the switch
         wanted = {"routes", "new"}
     elif phase is Phase.PROMOTING:
         wanted = {"routes"}

@@ -171,7 +171,11 @@ class Reconciler:
         if "warmup" in wanted and new_url is not None and running:
             await look("warmup", lambda: probe_ready(self._session, new_url,
                                                      state.served_models))
-        if "old_health" in wanted:
+        old_info = found.get("old")
+        old_down = "old" in seen and (old_info is None or old_info.state != "running")
+        if "old_health" in wanted and not old_down:
+            # A stopped container's address has no host behind it: a probe would hang
+            # for its whole timeout before the rollback could start the container.
             await look("old_health", lambda: healthy(self._session, state.old.url))
         return Observation(
             seen=frozenset(seen), routes=found.get("routes"),

@@ -192,6 +192,7 @@ def test_manual_promote_and_force() -> None:
                                              r" promote --force skips the gate"):
         command(s, "promote")
     forced = command(s, "force_promote")
+    assert needs(forced) == {"routes", "new"}  # no gate to wait for before the switch
     s2, a = advance(forced, obs(routes=shadowed), T0 + 2)
     assert s2.phase is Phase.PROMOTING and "--force" in s2.history[-1].reason
     assert a == SetRoutes(NEW_URL, OLD_URL, None, 2) and s2.pending is None

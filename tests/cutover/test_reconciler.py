@@ -3,6 +3,7 @@ file, and real HTTP warm-up probes against simulated vLLM servers on sockets."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -83,9 +84,13 @@ async def test_manual_promote_then_rollback_restarts_the_stopped_old(world: Worl
     assert svc.command("promote").pending == "promote"
     await until(lambda: svc.state is not None and svc.state.phase is Phase.POST_PROMOTION)
     world.driver.stop(OLD_ID, 1.0)  # as if drained and stopped: the rollback must start it
+    asked = time.time()
     svc.command("rollback")
     end = await ended(svc)
     assert end.phase is Phase.ROLLED_BACK, end.history
+    # not held up by a /health probe of the stopped container (it would wait 10 s)
+    began = next(t.at_unix for t in end.history if t.to_phase is Phase.ROLLING_BACK)
+    assert began - asked < 2.0, began - asked
     assert ("start", OLD_ID) in world.driver.calls
     assert world.control.view == RoutesView(4, world.old_url)
     assert end.rollback_s is not None and 0 <= end.rollback_s < 5

@@ -45,11 +45,13 @@ class World:
 
 
 def old_health_follows(driver: FakeDriver) -> Any:
-    """The old server's /health fails while its (fake) container is not running."""
+    """The old server's /health does not answer while its (fake) container is not running,
+    as a stopped container's address does not: a probe waits for its timeout."""
     @web.middleware
     async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
         info = driver.containers.get(OLD_ID)
         if request.path == "/health" and (info is None or info.state != "running"):
+            await asyncio.sleep(60)
             return web.Response(status=503)
         return await handler(request)
     return middleware
