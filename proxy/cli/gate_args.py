@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from proxy.compare.gate import GateCriteria
@@ -22,16 +22,32 @@ def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
     group.add_argument("--gate-min-coverage", type=float, default=0.5, metavar="F",
                        help="share of sampled requests that must have been mirrored (not shed "
                             "under load) for a pass (default %(default)s)")
+    for name, metric, stat, limit in _ratio_limits():
+        group.add_argument(f"--gate-max-{metric}-{stat}-ratio", type=float, default=limit,
+                           metavar="X", dest=name,
+                           help=f"largest new/old {metric.upper()} {stat} ratio before a "
+                                "significant slowdown fails the gate; 0: not judged "
+                                "(default %(default)s)")
 
 
 def gate_criteria(args: argparse.Namespace) -> GateCriteria:
     """Validated criteria; GateCriteria raises ValueError quoting a bad value."""
     from proxy.compare.gate import GateCriteria
 
+    ratios: dict[str, Any] = {name: getattr(args, name) or None
+                              for name, _metric, _stat, _limit in _ratio_limits()}
     return GateCriteria(
         min_samples=args.gate_min_samples,
         max_excess_divergence=args.gate_max_excess_divergence,
         min_match_rate=args.gate_min_match_rate,
         require_baseline=args.gate_require_baseline,
         min_coverage=args.gate_min_coverage,
+        **ratios,
     )
+
+
+def _ratio_limits() -> list[tuple[str, str, str, float]]:
+    """The default criteria's latency ratio limits (the one place they are named)."""
+    from proxy.compare.gate import GateCriteria
+
+    return GateCriteria().ratio_limits()
