@@ -56,7 +56,8 @@ class SSEDecoder:
         """
         if (not self._partial and not self._data and not self._skip_lf
                 and chunk[:6] == b"data: " and chunk.find(b"\n") == len(chunk) - 2
-                and chunk[-1] == 0x0A and b"\r" not in chunk):
+                and chunk[-1] == 0x0A and b"\r" not in chunk
+                and len(chunk) - 2 <= self.max_line_bytes):
             self._event = None
             return [chunk[6:-2]]
         if (chunk[-2:] == b"\n\n" and not self._partial and not self._data
