@@ -271,7 +271,11 @@ def test_cutover_of_real_vllm_containers(docker_client: Any, cutover_images: Ima
             old.reload()
             assert old.status == "running" and time.monotonic() < deadline, old.logs(tail=40)
             time.sleep(1)
-        proxy = CutoverProxy(tmp_path, url)
+        # Two CPU engines share two cores with 32 clients: their speeds really differ from
+        # second to second (TPOT p50 x1.28 one run, TTFT p50 x0.49 the same run). Tokens
+        # gate here; latency is not judged (every ratio limit 0).
+        proxy = CutoverProxy(tmp_path, url, extra_args=[
+            f"--gate-max-{m}-{p}-ratio=0" for m in ("ttft", "tpot") for p in ("p50", "p99")])
         proxy.start()
         with LoadThread(proxy.url, "tiny", clients=32, max_tokens=16) as load:
             wait_count(load, 32, 120)
