@@ -83,23 +83,28 @@ def _start_arguments(p: argparse.ArgumentParser) -> None:
                    help="a second copy of the old version: old-vs-old noise while shadowing")
     p.add_argument("--served-model-name", metavar="NAME",
                    help="model name the new one must serve (default: the old one's)")
-    p.add_argument("--warmup-timeout", type=float, metavar="S", help="default 900")
+    p.add_argument("--warmup-timeout", type=float, metavar="S", help=f"default {_default('warmup_timeout_s')}")
     p.add_argument("--analysis-timeout", type=float, metavar="S",
-                   help="time for the gate to pass before an abort (default 1800)")
+                   help="time for the gate to pass before an abort "
+                        f"(default {_default('analysis_timeout_s')})")
     p.add_argument("--min-samples", type=int, metavar="N",
-                   help="new-vs-old comparisons needed to promote (default 50)")
+                   help="new-vs-old comparisons needed to promote "
+                        f"(default {_default('min_samples')})")
     p.add_argument("--analysis-delay", type=float, metavar="S",
                    help="the new one's first S seconds as a shadow do not count toward the "
-                        "gate: a just-started engine is not yet at its speed (default 10)")
+                        "gate: a just-started engine is not yet at its speed "
+                        f"(default {_default('analysis_delay_s')})")
     p.add_argument("--failure-limit", type=int, metavar="N",
                    help="failing gate evaluations in a row (one per second) before an abort "
-                        "or a rollback (default 3)")
+                        f"or a rollback (default {_default('failure_limit')})")
     p.add_argument("--manual-promote", action="store_true",
                    help="wait for `promote` instead of promoting when the gate passes")
     p.add_argument("--post-promotion", type=float, metavar="S",
-                   help="window after promotion with the gate still judged (default 300)")
+                   help="window after promotion with the gate still judged "
+                        f"(default {_default('post_promotion_s')})")
     p.add_argument("--scale-down-delay", type=float, metavar="S",
-                   help="wait after the old one drained before stopping it (default 30)")
+                   help="wait after the old one drained before stopping it "
+                        f"(default {_default('scale_down_delay_s')})")
     p.add_argument("--shutdown-grace", type=float, metavar="S",
                    help="SIGTERM to SIGKILL (default: the old --shutdown-timeout + 5, else 30)")
     p.add_argument("--remove-old", action="store_true", help="remove the old container at the end")
@@ -108,6 +113,16 @@ def _start_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backup-image", metavar="PATH",
                    help="`docker save` the old image to PATH before anything changes")
     p.add_argument("--wait", action="store_true", help="follow it until it ends")
+
+
+def _default(field: str) -> str:
+    """A start request field's default, as CutoverSpec (the one place it is set) has it."""
+    from dataclasses import fields
+
+    from proxy.cutover.spec import CutoverSpec
+
+    value = next(f.default for f in fields(CutoverSpec) if f.name == field)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def start_request(args: argparse.Namespace) -> dict[str, Any]:
