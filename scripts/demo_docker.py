@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from _cutover_stack import NEW_VERSION, Pacing, cutover_stack, sim_image
+from _cutover_stack import NEW_VERSION, Pacing, Stack, cutover_stack, sim_image
 
 from proxy.demo.steady import SteadyLoad
 from proxy.demo.story import watch
@@ -26,10 +26,7 @@ from proxy.demo.story import watch
 CLIENTS = 16
 
 
-async def story(stack: object, pacing: Pacing) -> int:
-    from _cutover_stack import Stack
-
-    assert isinstance(stack, Stack)
+async def story(stack: Stack, pacing: Pacing) -> int:
     print(f"== old container {stack.old_name} at {stack.old_url}; proxy {stack.proxy.url} "
           f"(admin {stack.proxy.admin_url}, --driver docker)")
     stop = asyncio.Event()

@@ -30,12 +30,10 @@ def start_request(new_url: str, baseline_url: str) -> dict[str, Any]:
 
 
 def cli_line(admin_url: str, request: dict[str, Any]) -> str:
-    flags = {"new_url": "--new-url", "baseline_url": "--baseline-url",
-             "min_samples": "--min-samples", "analysis_delay_s": "--analysis-delay",
-             "analysis_timeout_s": "--analysis-timeout", "failure_limit": "--failure-limit",
-             "post_promotion_s": "--post-promotion", "scale_down_delay_s": "--scale-down-delay"}
-    args = " ".join(f"{flags[k]} {v:g}" if isinstance(v, float) else f"{flags[k]} {v}"
-                    for k, v in request.items())
+    """The `cutover start` command of `request`: each field's flag is its name with dashes,
+    seconds without their `_s` (the rule of proxy/cli/cutover_cmd.py's start_request)."""
+    args = " ".join(f"--{k.removesuffix('_s').replace('_', '-')} {v:g}" if isinstance(v, float)
+                    else f"--{k.replace('_', '-')} {v}" for k, v in request.items())
     return f"vllm-cutover cutover start --proxy-admin {admin_url} {args}"
 
 
