@@ -44,6 +44,8 @@ apt_packages() {
     command -v docker-compose >/dev/null || missing+=(docker-compose)
     command -v nginx >/dev/null || missing+=(nginx)
     command -v debootstrap >/dev/null || missing+=(debootstrap)
+    # The fleet gate and `verify --prometheus` are tested against a real Prometheus server.
+    command -v prometheus >/dev/null || missing+=(prometheus)
     if ((${#missing[@]})); then
         log "apt-get install ${missing[*]}"
         apt-get update -q >/dev/null
