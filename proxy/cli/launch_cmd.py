@@ -33,7 +33,7 @@ bare vLLM arguments (an image ENTRYPOINT of `vllm-cutover launch --`), which run
 EPILOG = """\
 policies: migrate (default) moves only what the upgrade took away: a CUTLASS NVFP4 GEMM
 becomes FlashInfer CuTe-DSL on SM100-family GPUs where the version has it, FlashInfer CUTLASS
-on SM120-family, Marlin below SM100; preserve keeps CUTLASS. Other explicit choices keep their
+on SM120-family and Jetson Thor (SM110), Marlin below SM100; preserve keeps CUTLASS. Other explicit choices keep their
 meaning under both policies; VLLM_USE_FLASHINFER_MOE_FP4=0 becomes --moe-backend cutlass
 (marlin below SM100) unless --moe-backend is given. From vLLM 0.30 the
 NVFP4 choice goes to --kernel-config linear_backend_per_quant, which touches NVFP4 layers
@@ -64,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="interpreter that runs vLLM (default: from the command, the "
                         "`vllm` script's shebang, or this interpreter)")
     parser.add_argument("--compute-capability", metavar="MAJOR.MINOR",
-                        help="GPU compute capability, e.g. 10.0 (default: detected with torch)")
+                        help="GPU compute capability as nvidia-smi prints it, e.g. 10.0; a "
+                        "bare 10 means 10.0 (default: detected with nvidia-smi, else torch)")
     parser.add_argument("--exec-prefix", metavar="CMD",
                         help="for bare arguments: what runs vLLM (default: "
                         "`<vLLM python> -m vllm.entrypoints.openai.api_server`)")
@@ -101,9 +102,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _launch(args: argparse.Namespace) -> int:
     from proxy.launcher import execute, explain
+    from proxy.launcher.capabilities import parse_capability
     from proxy.launcher.command import CommandError, find_flags, parse_command, server_argv
     from proxy.launcher.config_file import ConfigError, read_config, translated_path
-    from proxy.launcher.gpus import parse_capability
     from proxy.launcher.kernel_config import KernelConfigError
     from proxy.launcher.planner import Plan, plan_launch
     from proxy.launcher.translate import TranslationError

@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="migrate: follow the upgrade guide; preserve: nearest "
                              "equivalent of the old setting (default: %(default)s)")
     parser.add_argument("--compute-capability", metavar="MAJOR.MINOR", default=None,
-                        help="GPU compute capability of the target, e.g. 10.0 (default: "
-                             "unknown)")
+                        help="GPU compute capability of the target as nvidia-smi prints "
+                             "it, e.g. 10.0; a bare 10 means 10.0 (default: unknown)")
     parser.add_argument("--fix", action="store_true",
                         help="rewrite files in place, keeping FILE.bak backups")
     parser.add_argument("--json", action="store_true",
@@ -54,7 +54,7 @@ def _positive_int(text: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from proxy.launcher.gpus import parse_capability
+    from proxy.launcher.capabilities import parse_capability
     from proxy.scan.rules_bridge import make_translate
     from proxy.scan.scanner import MAX_FILE_BYTES, scan_paths
     from proxy.scan.undecodable import printable

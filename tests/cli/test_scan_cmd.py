@@ -24,12 +24,21 @@ def test_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "nope" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("capability", ["sm100", "99.9", "10", "100", ""])
+@pytest.mark.parametrize("capability", ["sm100", "99.9", "13", "100", ""])
 def test_bad_compute_capability_exits_2(capability: str, deploy: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    # the same parser as launch: "10" is refused by both, not read as 10.0 by one
     assert main(["scan", str(deploy), "--compute-capability", capability]) == 2
     assert repr(capability) in capsys.readouterr().err
+
+
+def test_a_bare_major_is_its_dot_zero_as_in_launch(deploy: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # the same parser as launch: "12" is 12.0 for both
+    outputs = []
+    for given in ("12", "12.0"):
+        assert main(["scan", str(deploy), "--json", "--compute-capability", given]) == 1
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and "flashinfer_cutlass" in outputs[0]
 
 
 def test_clean_tree_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
