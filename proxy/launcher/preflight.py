@@ -45,6 +45,11 @@ class PreflightReport:
     def fatal(self) -> tuple[Check, ...]:
         return tuple(c for c in self.checks if c.severity == "fatal")
 
+    @property
+    def fatal_message(self) -> str:
+        """What stops the launch, one sentence per fatal check; empty when nothing does."""
+        return "; ".join(c.message for c in self.fatal)
+
     def lines(self) -> list[str]:
         """One human line per check, e.g. `preflight fatal flashinfer: ...`."""
         return [f"preflight {c.severity} {c.name}: {c.message}" for c in self.checks]
