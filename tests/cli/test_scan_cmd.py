@@ -79,9 +79,12 @@ def test_fix_round_trip(deploy: Path, capsys: pytest.CaptureFixture[str]) -> Non
     originals = {p.name: p.read_bytes() for p in deploy.iterdir()}
     compose = deploy / "docker-compose.yml"
     (deploy / "docker-compose.yml.bak").write_bytes(b"an older backup\n")
-    assert main(["scan", str(deploy), "--fix", "--json", "--compute-capability", "12.0"]) == 1
+    assert main(["scan", str(deploy), "--fix", "--bump-image", "--json",
+                 "--compute-capability", "12.0"]) == 1
     rows = json.loads(capsys.readouterr().out)
     fixed = [r for r in rows if r["status"] == "fixed"]
+    # the fixtures' images run vLLM 0.21.0: bumped with the flags, to the default target
+    assert {r["fix"] for r in rows if r["kind"] == "image"} == {"vllm/vllm-openai:v0.33.0"}
     assert fixed and all(r["status"] in ("fixed", "manual") for r in rows)
     assert (deploy / "docker-compose.yml.bak").read_bytes() == b"an older backup\n"
     backups = sorted(p.name for p in deploy.glob("*.bak*"))
