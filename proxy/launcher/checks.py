@@ -105,76 +105,31 @@ def flashinfer_checks(ctx: Context) -> list[Check]:
     ]
     needed = " and ".join(n for n in needed_by if n)
     details = {"version": ctx.fi_version, "pin": ctx.pin, "needed_by": needed or None}
-    checks = []
+    name = "flashinfer"
     if ctx.fi_version is not None:
-        checks.append(
-            Check("flashinfer", "ok", f"flashinfer-python {ctx.fi_version} installed", details)
-        )
+        checks = [Check(name, "ok", f"flashinfer-python {ctx.fi_version} installed", details)]
     elif needed and ctx.family in capabilities.NATIVE_FP4:
-        checks.append(
-            Check(
-                "flashinfer",
-                ctx.severe(),
-                (
-                    f"FlashInfer is not installed but {needed} needs it: install {ctx.install_hint()} "
-                    "(the version vLLM pins), or choose a backend without FlashInfer (--policy "
-                    "preserve keeps vLLM's CUTLASS kernel, or --linear-backend cutlass)"
-                ),
-                details,
-            )
-        )
+        checks = [Check(name, ctx.severe(), (
+            f"FlashInfer is not installed but {needed} needs it: install {ctx.install_hint()} "
+            "(the version vLLM pins), or choose a backend without FlashInfer (--policy "
+            "preserve keeps vLLM's CUTLASS kernel, or --linear-backend cutlass)"), details)]
     elif needed:
-        checks.append(
-            Check(
-                "flashinfer",
-                "warning",
-                f"FlashInfer is not installed (wanted by {needed})",
-                details,
-            )
-        )
+        checks = [Check(name, "warning", f"FlashInfer is not installed (wanted by {needed})",
+                        details)]
     else:
-        checks.append(
-            Check(
-                "flashinfer",
-                "info",
-                "FlashInfer is not installed (the chosen backends do not need it)",
-                details,
-            )
-        )
+        checks = [Check(name, "info", "FlashInfer is not installed (the chosen backends do "
+                        "not need it)", details)]
+    name = "flashinfer_version"
     if ctx.pin is None:
-        checks.append(
-            Check(
-                "flashinfer_version",
-                "info",
-                (
-                    f"no known FlashInfer pin for vLLM {ctx.vllm_version} (known: "
-                    f"{gpus.known_pins()})"
-                ),
-                details,
-            )
-        )
+        checks.append(Check(name, "info", f"no known FlashInfer pin for vLLM {ctx.vllm_version} "
+                            f"(known: {gpus.known_pins()})", details))
+    elif ctx.fi_version is not None and _same_version(ctx.fi_version, ctx.pin):
+        checks.append(Check(name, "ok", f"matches vLLM {ctx.vllm_version}'s pin {ctx.pin}",
+                            details))
     elif ctx.fi_version is not None:
-        if _same_version(ctx.fi_version, ctx.pin):
-            checks.append(
-                Check(
-                    "flashinfer_version",
-                    "ok",
-                    f"matches vLLM {ctx.vllm_version}'s pin {ctx.pin}",
-                    details,
-                )
-            )
-        else:
-            checks.append(
-                Check(
-                    "flashinfer_version",
-                    "warning",
-                    (
-                        f"flashinfer-python {ctx.fi_version} installed, vLLM {ctx.vllm_version} pins "
-                        f"{ctx.pin}: install flashinfer-python=={ctx.pin}"
-                    ),
-                    details,
-                )
-            )
+        checks.append(Check(name, "warning", (
+            f"flashinfer-python {ctx.fi_version} installed, vLLM {ctx.vllm_version} pins "
+            f"{ctx.pin}: install flashinfer-python=={ctx.pin}"), details))
     return checks
 
 

@@ -274,7 +274,8 @@ _NO_FLASHINFER_MOE = ("an opt-out of FlashInfer's MoE kernels keeps FlashInfer o
                       "every policy (--moe-backend auto may pick it: vLLM 0.32 tries it first)")
 
 _SM100, _SM110, _SM120 = (FAMILY_NAME[f] for f in ("sm100", "sm110", "sm120"))
-_BELOW: tuple[Family, ...] = ("marlin", "unsupported")
+_OLD_GPU = (f"{FAMILY_NAME['unsupported']} GPUs (before compute capability 7.5) have no NVFP4 "
+            "kernel in vLLM at all: Marlin needs 7.5")
 _NATIVE_MOE = f"vLLM's CUTLASS MoE ({_SM100}, {_SM110}, {_SM120}), as the old release ran"
 
 CHOICES: tuple[Choice, ...] = (
@@ -287,9 +288,11 @@ CHOICES: tuple[Choice, ...] = (
            applies_to=_CUTLASS),
     Choice("migrate", ("sm120",), "linear", ("flashinfer_cutlass",),
            f"{_GUIDE} FlashInfer CUTLASS on {_SM120} GPUs", applies_to=_CUTLASS),
-    Choice("migrate", _BELOW, "linear", ("marlin", AUTO),
+    Choice("migrate", ("marlin",), "linear", ("marlin", AUTO),
            f"{_GUIDE} Marlin weight-only W4A16 {FAMILY_NAME['marlin']} (no native FP4 GEMM; "
            "vLLM falls back to it by itself where it has no Marlin knob)", applies_to=_CUTLASS),
+    Choice("migrate", ("unsupported",), "linear", ("marlin", AUTO),
+           f"{_GUIDE} Marlin, the nearest; but {_OLD_GPU}", applies_to=_CUTLASS),
     Choice("migrate", ("unknown",), "linear", ("flashinfer_cutlass",),
            f"{_GUIDE} FlashInfer CUTLASS ({_SM100}, {_SM110} and {_SM120}); compute "
            "capability unknown",
@@ -301,8 +304,10 @@ CHOICES: tuple[Choice, ...] = (
     # `triton` is no NVFP4 MoE backend (vLLM raises ValueError), so it is never picked.
     Choice("*", ("sm100", "sm110", "sm120"), "moe", _CUTLASS,
            f"{_NO_FLASHINFER_MOE}; {_NATIVE_MOE}", applies_to=_OPT_OUT),
-    Choice("*", _BELOW, "moe", ("marlin",), f"{_NO_FLASHINFER_MOE}; Marlin "
+    Choice("*", ("marlin",), "moe", ("marlin",), f"{_NO_FLASHINFER_MOE}; Marlin "
            f"{FAMILY_NAME['marlin']}, as the old release ran", applies_to=_OPT_OUT),
+    Choice("*", ("unsupported",), "moe", ("marlin",), f"{_NO_FLASHINFER_MOE}; Marlin, the "
+           f"nearest; but {_OLD_GPU}", applies_to=_OPT_OUT),
     Choice("*", ("unknown",), "moe", _CUTLASS, f"{_NO_FLASHINFER_MOE}; vLLM's CUTLASS MoE "
            f"({_SM100}, {_SM110} and {_SM120})", applies_to=_OPT_OUT,
            warning="compute capability unknown (no GPU seen, none given): picked --moe-backend "

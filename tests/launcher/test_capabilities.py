@@ -25,6 +25,7 @@ from proxy.scan.rules_bridge import make_translate
 # CuTe-DSL: vLLM needs major 10 and FlashInfer lists it; Thor under CUDA 12 (10.1) has no
 # FlashInfer FP4 GEMM at all, so vLLM's CUTLASS (built for 10.1a) stays.
 EXPECTED: dict[tuple[int, int], tuple[str, str]] = {
+    (7, 0): ("unsupported", "marlin"), (7, 2): ("unsupported", "marlin"),
     (7, 5): ("marlin", "marlin"), (8, 0): ("marlin", "marlin"), (8, 6): ("marlin", "marlin"),
     (8, 7): ("marlin", "marlin"), (8, 8): ("marlin", "marlin"), (8, 9): ("marlin", "marlin"),
     (9, 0): ("marlin", "marlin"),
@@ -33,7 +34,7 @@ EXPECTED: dict[tuple[int, int], tuple[str, str]] = {
     (10, 1): ("sm110", "cutlass"), (11, 0): ("sm110", "flashinfer_cutlass"),
     (12, 0): ("sm120", "flashinfer_cutlass"), (12, 1): ("sm120", "flashinfer_cutlass"),
 }
-OLDER = sorted(cc for cc in KNOWN_CAPABILITIES if cc < (7, 5))
+OLDER = sorted(cc for cc in KNOWN_CAPABILITIES if cc < (7, 0))
 # vLLM's CMake CUDA_SUPPORTED_ARCHS (CUDA 12.8 and 13 branches) plus FlashInfer's 10.7.
 VLLM_KNOWS = {(7, 0), (7, 2), (7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0), (10, 0), (10, 1),
               (10, 3), (11, 0), (12, 0), (12, 1), (10, 7)}
@@ -45,7 +46,7 @@ def _others(family: str) -> list[str]:
 
 
 def test_every_capability_vllm_knows_is_in_the_table() -> None:
-    assert VLLM_KNOWS <= KNOWN_CAPABILITIES
+    assert VLLM_KNOWS <= set(EXPECTED) <= KNOWN_CAPABILITIES
     assert set(EXPECTED) | set(OLDER) == KNOWN_CAPABILITIES
     assert all(capabilities.family_of(cc) == "unsupported" for cc in OLDER)
 
@@ -58,7 +59,7 @@ def test_rules_and_planner_agree_with_the_sources(cc: tuple[int, int]) -> None:
     plan = plan_launch(command, {"VLLM_USE_FLASHINFER_MOE_FP4": "0"}, None,
                        target=Version("0.32.0"), compute_capability=cc, policy="migrate")
     assert plan.linear_backend == picked
-    assert plan.moe_backend == ("marlin" if family == "marlin" else "cutlass")
+    assert plan.moe_backend == ("cutlass" if family.startswith("sm") else "marlin")
     reasons = " ".join(c.reason for c in plan.changes)
     assert FAMILY_NAME[family] in reasons
     assert not [n for n in _others(family) if n in reasons.replace(
@@ -83,8 +84,8 @@ def test_preflight_and_scan_agree(cc: tuple[int, int]) -> None:
     assert FAMILY_NAME[family] in json.dumps(finding.to_json())  # type: ignore[index]
 
 
-@pytest.mark.parametrize("cc", [(10, 0), (10, 1), (11, 0), (12, 1), (9, 0)])
-def test_launch_stderr_and_report_agree(cc: tuple[int, int], tmp_path: Path,
+@pytest.mark.parametrize("cc", sorted(EXPECTED))
+def test_launch_and_scan_commands_agree(cc: tuple[int, int], tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     family, picked = EXPECTED[cc]
     report_path = tmp_path / "r.json"
@@ -100,6 +101,12 @@ def test_launch_stderr_and_report_agree(cc: tuple[int, int], tmp_path: Path,
     assert report["preflight"]["summary"]["gpu_family"] == family
     assert FAMILY_NAME[family] in err  # type: ignore[index]
     assert CUTEDSL_JSON.format(picked) in " ".join(report["argv"])
+    script = tmp_path / "serve.sh"
+    script.write_text("vllm serve m --fp4-gemm-backend cutlass\n")
+    assert main(["scan", str(script), "--json", "--target-version", "0.32",
+                 "--compute-capability", given]) == 1
+    [row] = json.loads(capsys.readouterr().out)
+    assert CUTEDSL_JSON.format(picked) in row["fix"] and FAMILY_NAME[family] in row["reason"]  # type: ignore[index]
 
 
 @pytest.mark.parametrize(("text", "capability"), [
