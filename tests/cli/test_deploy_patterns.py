@@ -173,7 +173,9 @@ def test_real_vllm_032_parser_accepts_the_results(
         if cc != CC[script]:
             continue
         # what `scan --fix` wrote plus its manual edits, as the operator would make them
-        path, rows = _scan_fix(script, "0.32", policy, tmp_path / policy, capsys)
+        path, rows = _scan_fix(script, "0.32", policy, tmp_path / policy, capsys,
+                               "--bump-image")
+        assert "vllm/vllm-openai:v0.18.1" not in path.read_text()
         manual = [w for r in rows if r["status"] == "manual" for w in shlex.split(r["fix"])]
         arg_sets.append(command_of(path.read_text())[1] + manual)
     assert moe_values == {"triton", "cutlass", "marlin"}  # marlin: the 9.0 run
