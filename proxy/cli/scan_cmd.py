@@ -33,10 +33,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="migrate: follow the upgrade guide; preserve: nearest "
                              "equivalent of the old setting (default: %(default)s)")
     parser.add_argument("--compute-capability", metavar="MAJOR.MINOR", default=None,
-                        help="GPU compute capability of the target, e.g. 10.0 (default: "
-                             "unknown)")
+                        help="GPU compute capability of the target as nvidia-smi prints "
+                             "it, e.g. 10.0; a bare 10 means 10.0 (default: unknown)")
     parser.add_argument("--fix", action="store_true",
                         help="rewrite files in place, keeping FILE.bak backups")
+    parser.add_argument("--bump-image", action="store_true",
+                        help="with --fix: where a file pins a vLLM image (or vllm==) older "
+                             "than the target, move the pin to the target in the same edit; "
+                             "without it such a file's flags are not rewritten (default: off)")
     parser.add_argument("--json", action="store_true",
                         help="print findings (and skipped files) as JSON")
     parser.add_argument("--allow-skipped", action="store_true",
@@ -54,9 +58,10 @@ def _positive_int(text: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from proxy.launcher.gpus import parse_capability
+    from proxy.launcher.capabilities import parse_capability
+    from proxy.launcher.versions import check_supported, parse_version
     from proxy.scan.rules_bridge import make_translate
-    from proxy.scan.scanner import MAX_FILE_BYTES, scan_paths
+    from proxy.scan.scanner import MAX_FILE_BYTES, ImageCheck, scan_paths
     from proxy.scan.undecodable import printable
 
     paths = [Path(p) for p in args.paths]
@@ -69,11 +74,16 @@ def _run(args: argparse.Namespace) -> int:
         capability = (None if args.compute_capability is None
                       else parse_capability(args.compute_capability))
         translate = make_translate(args.target_version, args.policy, capability)
+        images = ImageCheck(check_supported(parse_version(args.target_version)),
+                            bump=args.bump_image)
     except ValueError as err:
         print(f"vllm-cutover scan: {err}", file=sys.stderr)
         return 2
+    if args.bump_image and not args.fix:
+        print("vllm-cutover scan: --bump-image needs --fix", file=sys.stderr)
+        return 2
     report = scan_paths(paths, translate, fix=args.fix,
-                        max_file_bytes=args.max_file_bytes or MAX_FILE_BYTES)
+                        max_file_bytes=args.max_file_bytes or MAX_FILE_BYTES, images=images)
     fixed = set(map(id, report.fixed))
     remaining = [f for f in report.findings if id(f) not in fixed]
     if args.json:

@@ -8,8 +8,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from proxy.launcher import gpus, probes
+from packaging.specifiers import SpecifierSet
+
+from proxy.launcher import capabilities, gpus, probes
+from proxy.launcher.capabilities import Family
 from proxy.launcher.probes import CudaProbe
+from proxy.launcher.rules import LINEAR_BACKEND_FALLS_BACK
+from proxy.launcher.versions import VersionError, in_range, parse_version
 
 Severity = Literal["ok", "info", "warning", "fatal"]
 
@@ -30,7 +35,7 @@ class Context:
 
     vllm_version: str
     cc: tuple[int, int] | None
-    family: gpus.GpuFamily
+    family: Family
     linear: str | None
     moe: str | None
     enforce: bool  # a CUDA device is here: paths that cannot work are fatal
@@ -49,8 +54,7 @@ class Context:
         return f"flashinfer-python=={self.pin}" if self.pin else "flashinfer-python"
 
 
-def cc_text(cc: tuple[int, int] | None) -> str:
-    return "unknown" if cc is None else f"{cc[0]}.{cc[1]}"
+cc_text = capabilities.text
 
 
 def cuda_check(probe: CudaProbe, given: tuple[int, int] | None) -> Check:
@@ -75,13 +79,13 @@ def cuda_check(probe: CudaProbe, given: tuple[int, int] | None) -> Check:
 
 def capability_check(ctx: Context) -> Check:
     details = {"compute_capability": ctx.cc_text, "family": ctx.family}
-    label = gpus.FAMILY_LABEL[ctx.family]
-    if ctx.family == "none":
+    label = capabilities.FAMILY_LABEL[ctx.family]
+    if ctx.cc is None:
         return Check(
             "compute_capability", "info", "none known (no CUDA device, none given)", details
         )
     text = f"{ctx.cc_text}: {label}"
-    if ctx.family in ("sm100", "sm120"):
+    if ctx.family in capabilities.NATIVE_FP4:
         return Check("compute_capability", "ok", text, details)
     if ctx.family == "marlin":
         return Check(
@@ -97,80 +101,35 @@ def capability_check(ctx: Context) -> Check:
 def flashinfer_checks(ctx: Context) -> list[Check]:
     needed_by = [
         f"--linear-backend {ctx.linear}" if gpus.flashinfer_backend_name(ctx.linear) else "",
-        f"--moe-backend {ctx.moe}" if ctx.moe in gpus.FLASHINFER_MOE_FAMILIES else "",
+        f"--moe-backend {ctx.moe}" if ctx.moe in capabilities.FLASHINFER_MOE_FAMILIES else "",
     ]
     needed = " and ".join(n for n in needed_by if n)
     details = {"version": ctx.fi_version, "pin": ctx.pin, "needed_by": needed or None}
-    checks = []
+    name = "flashinfer"
     if ctx.fi_version is not None:
-        checks.append(
-            Check("flashinfer", "ok", f"flashinfer-python {ctx.fi_version} installed", details)
-        )
-    elif needed and ctx.family in ("sm100", "sm120"):
-        checks.append(
-            Check(
-                "flashinfer",
-                ctx.severe(),
-                (
-                    f"FlashInfer is not installed but {needed} needs it: install {ctx.install_hint()} "
-                    "(the version vLLM pins), or choose a backend without FlashInfer (--policy "
-                    "preserve keeps vLLM's CUTLASS kernel, or --linear-backend cutlass)"
-                ),
-                details,
-            )
-        )
+        checks = [Check(name, "ok", f"flashinfer-python {ctx.fi_version} installed", details)]
+    elif needed and ctx.family in capabilities.NATIVE_FP4:
+        checks = [Check(name, ctx.severe(), (
+            f"FlashInfer is not installed but {needed} needs it: install {ctx.install_hint()} "
+            "(the version vLLM pins), or choose a backend without FlashInfer (--policy "
+            "preserve keeps vLLM's CUTLASS kernel, or --linear-backend cutlass)"), details)]
     elif needed:
-        checks.append(
-            Check(
-                "flashinfer",
-                "warning",
-                f"FlashInfer is not installed (wanted by {needed})",
-                details,
-            )
-        )
+        checks = [Check(name, "warning", f"FlashInfer is not installed (wanted by {needed})",
+                        details)]
     else:
-        checks.append(
-            Check(
-                "flashinfer",
-                "info",
-                "FlashInfer is not installed (the chosen backends do not need it)",
-                details,
-            )
-        )
+        checks = [Check(name, "info", "FlashInfer is not installed (the chosen backends do "
+                        "not need it)", details)]
+    name = "flashinfer_version"
     if ctx.pin is None:
-        checks.append(
-            Check(
-                "flashinfer_version",
-                "info",
-                (
-                    f"no known FlashInfer pin for vLLM {ctx.vllm_version} (known: 0.22, 0.29, "
-                    "0.31-0.33)"
-                ),
-                details,
-            )
-        )
+        checks.append(Check(name, "info", f"no known FlashInfer pin for vLLM {ctx.vllm_version} "
+                            f"(known: {gpus.known_pins()})", details))
+    elif ctx.fi_version is not None and _same_version(ctx.fi_version, ctx.pin):
+        checks.append(Check(name, "ok", f"matches vLLM {ctx.vllm_version}'s pin {ctx.pin}",
+                            details))
     elif ctx.fi_version is not None:
-        if _same_version(ctx.fi_version, ctx.pin):
-            checks.append(
-                Check(
-                    "flashinfer_version",
-                    "ok",
-                    f"matches vLLM {ctx.vllm_version}'s pin {ctx.pin}",
-                    details,
-                )
-            )
-        else:
-            checks.append(
-                Check(
-                    "flashinfer_version",
-                    "warning",
-                    (
-                        f"flashinfer-python {ctx.fi_version} installed, vLLM {ctx.vllm_version} pins "
-                        f"{ctx.pin}: install flashinfer-python=={ctx.pin}"
-                    ),
-                    details,
-                )
-            )
+        checks.append(Check(name, "warning", (
+            f"flashinfer-python {ctx.fi_version} installed, vLLM {ctx.vllm_version} pins "
+            f"{ctx.pin}: install flashinfer-python=={ctx.pin}"), details))
     return checks
 
 
@@ -204,7 +163,7 @@ def mm_fp4_check(ctx: Context, fi_backend: str) -> Check:
             f"mm_fp4 backend {fi_backend!r} supports {ctx.cc_text} ({source})",
             details,
         )
-    here = [b for b in gpus.MM_FP4_SUPPORT_TABLE if gpus.table_supports(b, ctx.cc)]
+    here = [b for b in capabilities.MM_FP4_SUPPORT if capabilities.mm_fp4_supports(b, ctx.cc)]
     if here:
         inverse = {v: k for k, v in gpus.FLASHINFER_LINEAR_BACKENDS.items()}
         todo = "use --linear-backend " + " or ".join(inverse[b] for b in here)
@@ -227,10 +186,11 @@ def mm_fp4_check(ctx: Context, fi_backend: str) -> Check:
 def linear_check(ctx: Context) -> Check:
     """Non-FlashInfer backends: CUTLASS needs native FP4, Marlin needs 7.5+."""
     details = {"backend": ctx.linear, "compute_capability": ctx.cc_text}
-    needs_native = ctx.linear == "cutlass" and ctx.family not in ("sm100", "sm120", "none")
+    needs_native = (ctx.linear == "cutlass" and ctx.cc is not None
+                    and ctx.family not in capabilities.NATIVE_FP4)
     no_marlin = ctx.linear == "marlin" and ctx.family == "unsupported"
     if needs_native or no_marlin:
-        falls_back = _at_least(ctx.vllm_version, "0.28")
+        falls_back = _within(ctx.vllm_version, LINEAR_BACKEND_FALLS_BACK)
         severity: Severity = "warning" if falls_back else ctx.severe()
         then = (
             "vLLM falls back to another kernel with a warning"
@@ -253,32 +213,31 @@ def linear_check(ctx: Context) -> Check:
     )
 
 
-def _at_least(version: str, floor: str) -> bool:
-    from packaging.version import InvalidVersion, Version
-
+def _within(version: str, releases: SpecifierSet) -> bool:
     try:
-        return Version(version) >= Version(floor)
-    except InvalidVersion:
+        return in_range(parse_version(version), releases)
+    except VersionError:
         return False
 
 
 def moe_check(ctx: Context) -> Check:
-    families = gpus.FLASHINFER_MOE_FAMILIES[ctx.moe or ""]
+    families = capabilities.FLASHINFER_MOE_FAMILIES[ctx.moe or ""]
     details = {"backend": ctx.moe, "families": sorted(families)}
-    if ctx.family == "none" or ctx.family in families:
+    if ctx.cc is None:
+        return Check("moe_backend", "info", f"--moe-backend {ctx.moe}: no GPU known", details)
+    if ctx.family in families:
         return Check(
-            "moe_backend",
-            "ok" if ctx.family != "none" else "info",
-            f"--moe-backend {ctx.moe} on {gpus.FAMILY_LABEL[ctx.family]}",
-            details,
+            "moe_backend", "ok",
+            f"--moe-backend {ctx.moe} on {capabilities.FAMILY_LABEL[ctx.family]}", details,
         )
+    instead = "cutlass" if ctx.family in capabilities.NATIVE_FP4 else "marlin"
     return Check(
         "moe_backend",
         ctx.severe(),
         (
             f"--moe-backend {ctx.moe} runs NVFP4 MoE only on {'/'.join(sorted(families))}; "
             f"compute capability {ctx.cc_text}: vLLM raises ValueError loading an NVFP4 MoE "
-            "model; use --moe-backend marlin or auto"
+            f"model; use --moe-backend {instead} or auto"
         ),
         details,
     )

@@ -8,7 +8,10 @@ from collections.abc import Sequence
 
 from packaging.version import Version
 
+from proxy.launcher import capabilities
+from proxy.launcher.capabilities import Capability
 from proxy.launcher.changes import Action, Change, Match, Setting, render
+from proxy.launcher.gpus import flashinfer_backend_name
 from proxy.launcher.rules import (
     AUTO,
     CHOICES,
@@ -50,7 +53,8 @@ def _keeps(match: Match, target: Version) -> bool:
 
 def _choice(policy: Policy, scope: Scope, family: str, requested: str) -> Choice:
     for row in CHOICES:
-        if row.scope == scope and row.policy in (policy, "*") and row.family in (family, "*") \
+        if row.scope == scope and row.policy in (policy, "*") \
+                and (row.families == "*" or family in row.families) \
                 and (row.applies_to is None or requested in row.applies_to):
             return row
     raise LookupError(f"no choice row for {policy}/{scope}/{family}/{requested}")  # table bug
@@ -99,13 +103,26 @@ def _superseded(match: Match, winner: Match, backend: str | None, target: Versio
             Change("warning", old, None, f"the explicit {given} wins over the translation of {old}")]
 
 
-def _pick(row: Choice, requested: str, scope: Scope, target: Version, kind: SettingKind
+def _runs_on(candidate: str, cc: Capability | None) -> bool:
+    """False for a FlashInfer GEMM whose mm_fp4 does not list this (known) capability."""
+    fi_backend = flashinfer_backend_name(candidate)
+    if cc not in capabilities.KNOWN_CAPABILITIES or fi_backend is None:
+        return True  # an unknown GPU: its CHOICES row warns instead
+    return capabilities.mm_fp4_supports(fi_backend, cc)
+
+
+def _pick(row: Choice, requested: str, scope: Scope, target: Version, kind: SettingKind,
+          cc: Capability | None,
           ) -> tuple[tuple[Setting, ...], str | None, Mechanism | None, list[str], bool]:
-    """Try the row's candidates in order: (settings, backend, mechanism, tried, fell back)."""
+    """Try the row's candidates in order: (settings, backend, mechanism, tried, fell back).
+    An explicit request is kept as asked (the preflight judges it); the table's own
+    candidates are skipped where FlashInfer does not run them."""
     tried: list[str] = []
     for candidate in (requested if c == "{requested}" else c for c in row.candidates):
         if candidate in (AUTO, DROP):
             return (), None, None, tried, candidate == AUTO
+        if candidate != requested and not _runs_on(candidate, cc):
+            continue
         tried.append(candidate)
         found = _mechanism(scope, candidate, target)
         if found:
@@ -114,7 +131,7 @@ def _pick(row: Choice, requested: str, scope: Scope, target: Version, kind: Sett
 
 
 def translate_scope(
-    scope: Scope, matches: list[Match], target: Version, policy: Policy, family: str,
+    scope: Scope, matches: list[Match], target: Version, policy: Policy, cc: Capability | None,
 ) -> tuple[list[Action], list[Change], str | None]:
     """(actions, changes, the backend vLLM will be asked for: None when left to vLLM).
     A new-style setting the target reads as written wins; else the highest-ranked old one
@@ -146,8 +163,9 @@ def translate_scope(
             changes.append(Change(m.setting.kind, render(m.setting), None,
                                   f"superseded by {render(lead.setting)}, which takes precedence"))
     requested = lead.intent or AUTO
-    row = _choice(policy, scope, family, requested)
-    new, chosen, mech, tried, fell_back = _pick(row, requested, scope, target, lead.setting.kind)
+    row = _choice(policy, scope, capabilities.family_of(cc), requested)
+    new, chosen, mech, tried, fell_back = _pick(row, requested, scope, target, lead.setting.kind,
+                                                cc)
     old = render(lead.setting)
     warnings: list[Change] = []
     manual = None

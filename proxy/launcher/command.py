@@ -81,8 +81,14 @@ def _parse_module(argv: Sequence[str]) -> Command:
 
 
 def normalise_flag(word: str) -> str:
-    """vLLM accepts `--a_b` for `--a-b`."""
+    """vLLM accepts `--a_b` for `--a-b`: the one place flag spellings are made equal."""
     return "--" + word[2:].replace("_", "-") if word.startswith("--") else word
+
+
+def flag_of(kind: str, name: str) -> str:
+    """A flag, or a `--config` YAML key, as the flag vLLM reads (`kernel_config` ->
+    `--kernel-config`)."""
+    return normalise_flag(name if kind == "flag" else "--" + name)
 
 
 def find_flags(args: Sequence[str], names: frozenset[str]) -> list[FlagUse]:

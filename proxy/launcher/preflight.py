@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from proxy.launcher import checks, gpus, probes
+from proxy.launcher import capabilities, checks, gpus, probes
 from proxy.launcher.checks import Check, Severity
 
 __all__ = [
@@ -44,6 +44,11 @@ class PreflightReport:
     @property
     def fatal(self) -> tuple[Check, ...]:
         return tuple(c for c in self.checks if c.severity == "fatal")
+
+    @property
+    def fatal_message(self) -> str:
+        """What stops the launch, one sentence per fatal check; empty when nothing does."""
+        return "; ".join(c.message for c in self.fatal)
 
     def lines(self) -> list[str]:
         """One human line per check, e.g. `preflight fatal flashinfer: ...`."""
@@ -83,7 +88,7 @@ def run_preflight(
     FlashInfer is looked up for `vllm_python`, the interpreter that will run vLLM."""
     probe = probes.probe_cuda_fast()
     cc = compute_capability if compute_capability is not None else probe.capability
-    family = gpus.gpu_family(cc)
+    family = capabilities.family_of(cc)
     ctx = checks.Context(
         vllm_version=vllm_version,
         cc=cc,
@@ -105,7 +110,7 @@ def run_preflight(
         found.append(check)
     elif ctx.linear not in (None, "auto"):
         found.append(checks.linear_check(ctx))
-    if ctx.moe in gpus.FLASHINFER_MOE_FAMILIES:
+    if ctx.moe in capabilities.FLASHINFER_MOE_FAMILIES:
         found.append(checks.moe_check(ctx))
     self_test_json: dict[str, Any] | None = None
     if self_test:

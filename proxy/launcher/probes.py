@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Literal
 
-from proxy.launcher import gpus
+from proxy.launcher import capabilities
 from proxy.launcher.installed import is_this_interpreter, venv_version
 
 logger = logging.getLogger(__name__)
@@ -119,14 +119,15 @@ def mm_fp4_supported(
     """(supported, source): ask FlashInfer when wanted and importable, else the facts
     table. Importing flashinfer (and torch) takes seconds: callers planning for a GPU
     that is not on this host pass ask_flashinfer=False."""
+    table = f"FlashInfer {capabilities.FLASHINFER_TABLE_VERSION} support table"
     if not ask_flashinfer:
-        return gpus.table_supports(fi_backend, cc), "FlashInfer 0.7 support table"
+        return capabilities.mm_fp4_supports(fi_backend, cc), table
     try:
         import flashinfer
 
-        return bool(flashinfer.mm_fp4.is_backend_supported(fi_backend, gpus.cc_int(cc))), (
+        return bool(flashinfer.mm_fp4.is_backend_supported(fi_backend, capabilities.cc_int(cc))), (
             f"flashinfer {getattr(flashinfer, '__version__', '?')} mm_fp4.is_backend_supported"
         )
     except Exception as exc:  # noqa: BLE001 - not installed, too old (< 0.5), or broken
         logger.debug("mm_fp4.is_backend_supported unavailable: %s", exc)
-        return gpus.table_supports(fi_backend, cc), "FlashInfer 0.7 support table"
+        return capabilities.mm_fp4_supports(fi_backend, cc), table

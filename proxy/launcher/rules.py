@@ -16,10 +16,11 @@ from typing import Literal
 
 from packaging.specifiers import SpecifierSet
 
+from proxy.launcher.capabilities import FAMILY_NAME, Family
+
 SettingKind = Literal["flag", "env", "config"]
 Scope = Literal["linear", "moe", "quantization"]
 Policy = Literal["migrate", "preserve"]
-Family = Literal["sm100", "sm120", "below_sm100", "unknown"]
 Normalize = Literal["backend", "exact", "bool"]
 
 NEVER = SpecifierSet("<0.0.0")  # no vLLM release honours it
@@ -77,10 +78,11 @@ class Mechanism:
 
 @dataclass(frozen=True)
 class Choice:
-    """Which backends a policy tries, in order, for a GPU family ("*" matches any)."""
+    """Which backends a policy tries, in order, for GPU families ("*" matches any). A
+    FlashInfer candidate whose mm_fp4 does not list the GPU's capability is skipped."""
 
     policy: Policy | Literal["*"]
-    family: Family | Literal["*"]
+    families: tuple[Family, ...] | Literal["*"]
     scope: Scope
     candidates: tuple[str, ...]  # "{requested}" stands for the backend the old setting asked
     reason: str
@@ -188,6 +190,10 @@ _LINEAR_FLAG_VALUES = tuple(BackendValue(b, b) for b in _NVFP4_LINEAR) + (
     # Listed from 0.24, but the NVFP4 kernel only works from 0.28.
     BackendValue("flashinfer_b12x", "flashinfer_b12x", SpecifierSet(">=0.28")),
 )
+# From here a --linear-backend without a kernel for some layer type falls back with a
+# warning; from 0.22 until then it fails start-up (the preflight reads this too).
+_FALLBACK_FROM = "0.28"
+LINEAR_BACKEND_FALLS_BACK = SpecifierSet(f">={_FALLBACK_FROM}")
 _ALL_LAYERS = ("--linear-backend applies to ALL quantized linear layers, not only NVFP4")
 
 MECHANISMS: tuple[Mechanism, ...] = (
@@ -199,13 +205,14 @@ MECHANISMS: tuple[Mechanism, ...] = (
         "(--linear-backend would hit every quantized linear layer)",
     ),
     Mechanism(
-        "linear", SpecifierSet(">=0.22,<0.28"), (("flag", "--linear-backend", "{value}"),),
+        "linear", SpecifierSet(f">=0.22,<{_FALLBACK_FROM}"),
+        (("flag", "--linear-backend", "{value}"),),
         _LINEAR_FLAG_VALUES, note="--linear-backend selects the kernel in vLLM 0.22-0.27",
         warning=f"{_ALL_LAYERS}; in vLLM 0.22-0.27 a backend without a kernel for some "
         "quantized layer type fails start-up",
     ),
     Mechanism(
-        "linear", SpecifierSet(">=0.28"), (("flag", "--linear-backend", "{value}"),),
+        "linear", LINEAR_BACKEND_FALLS_BACK, (("flag", "--linear-backend", "{value}"),),
         _LINEAR_FLAG_VALUES, note="--linear-backend selects the kernel in vLLM 0.28-0.29",
         warning=f"{_ALL_LAYERS}; other layer types fall back with a warning",
     ),
@@ -266,48 +273,45 @@ _GUIDE = "migrate: the upgrade moved the NVFP4 GEMM off vLLM's CUTLASS kernel, t
 _NO_FLASHINFER_MOE = ("an opt-out of FlashInfer's MoE kernels keeps FlashInfer out under "
                       "every policy (--moe-backend auto may pick it: vLLM 0.32 tries it first)")
 
+_SM100, _SM110, _SM120 = (FAMILY_NAME[f] for f in ("sm100", "sm110", "sm120"))
+_OLD_GPU = (f"{FAMILY_NAME['unsupported']} GPUs (before compute capability 7.5) have no NVFP4 "
+            "kernel in vLLM at all: Marlin needs 7.5")
+_NATIVE_MOE = f"vLLM's CUTLASS MoE ({_SM100}, {_SM110}, {_SM120}), as the old release ran"
+
 CHOICES: tuple[Choice, ...] = (
-    Choice("migrate", "sm100", "linear", ("flashinfer_cutedsl", "flashinfer_cutlass"),
-           f"{_GUIDE} FlashInfer CuTe-DSL on SM100-family GPUs (vLLM 0.24+), else FlashInfer "
+    Choice("migrate", ("sm100",), "linear", ("flashinfer_cutedsl", "flashinfer_cutlass"),
+           f"{_GUIDE} FlashInfer CuTe-DSL on {_SM100} GPUs (vLLM 0.24+), else FlashInfer "
            "CUTLASS", applies_to=_CUTLASS),
-    Choice("migrate", "sm120", "linear", ("flashinfer_cutlass",),
-           f"{_GUIDE} FlashInfer CUTLASS on SM120-family GPUs", applies_to=_CUTLASS),
-    Choice("migrate", "below_sm100", "linear", ("marlin", AUTO),
-           f"{_GUIDE} Marlin weight-only W4A16 below SM100 (no native FP4 GEMM; vLLM falls "
-           "back to it by itself where it has no Marlin knob)", applies_to=_CUTLASS),
-    Choice("migrate", "unknown", "linear", ("flashinfer_cutlass",),
-           f"{_GUIDE} FlashInfer CUTLASS (SM100 and SM120 families); compute capability unknown",
+    Choice("migrate", ("sm110",), "linear", ("flashinfer_cutlass", "cutlass"),
+           f"{_GUIDE} FlashInfer CUTLASS on {_SM110} (no CuTe-DSL FP4 GEMM there; vLLM's "
+           "CUTLASS where FlashInfer lists no FP4 GEMM for the capability)",
+           applies_to=_CUTLASS),
+    Choice("migrate", ("sm120",), "linear", ("flashinfer_cutlass",),
+           f"{_GUIDE} FlashInfer CUTLASS on {_SM120} GPUs", applies_to=_CUTLASS),
+    Choice("migrate", ("marlin",), "linear", ("marlin", AUTO),
+           f"{_GUIDE} Marlin weight-only W4A16 {FAMILY_NAME['marlin']} (no native FP4 GEMM; "
+           "vLLM falls back to it by itself where it has no Marlin knob)", applies_to=_CUTLASS),
+    Choice("migrate", ("unsupported",), "linear", ("marlin", AUTO),
+           f"{_GUIDE} Marlin, the nearest; but {_OLD_GPU}", applies_to=_CUTLASS),
+    Choice("migrate", ("unknown",), "linear", ("flashinfer_cutlass",),
+           f"{_GUIDE} FlashInfer CUTLASS ({_SM100}, {_SM110} and {_SM120}); compute "
+           "capability unknown",
            warning="compute capability unknown (no GPU seen, none given): picked "
            "flashinfer_cutlass; give --compute-capability to pick per GPU family",
            applies_to=_CUTLASS),
     Choice("*", "*", "linear", ("{requested}",),
            "an explicit choice keeps its meaning under every policy"),
-    # vLLM's own CUTLASS MoE runs NVFP4 on the SM100/110/120 families, Marlin from SM75;
     # `triton` is no NVFP4 MoE backend (vLLM raises ValueError), so it is never picked.
-    Choice("*", "sm100", "moe", _CUTLASS, f"{_NO_FLASHINFER_MOE}; vLLM's CUTLASS MoE, as the "
-           "old release ran", applies_to=_OPT_OUT),
-    Choice("*", "sm120", "moe", _CUTLASS, f"{_NO_FLASHINFER_MOE}; vLLM's CUTLASS MoE, as the "
-           "old release ran", applies_to=_OPT_OUT),
-    Choice("*", "below_sm100", "moe", ("marlin",), f"{_NO_FLASHINFER_MOE}; Marlin below SM100, "
-           "as the old release ran", applies_to=_OPT_OUT),
-    Choice("*", "unknown", "moe", _CUTLASS, f"{_NO_FLASHINFER_MOE}; vLLM's CUTLASS MoE "
-           "(SM100 and SM120 families)", applies_to=_OPT_OUT,
+    Choice("*", ("sm100", "sm110", "sm120"), "moe", _CUTLASS,
+           f"{_NO_FLASHINFER_MOE}; {_NATIVE_MOE}", applies_to=_OPT_OUT),
+    Choice("*", ("marlin",), "moe", ("marlin",), f"{_NO_FLASHINFER_MOE}; Marlin "
+           f"{FAMILY_NAME['marlin']}, as the old release ran", applies_to=_OPT_OUT),
+    Choice("*", ("unsupported",), "moe", ("marlin",), f"{_NO_FLASHINFER_MOE}; Marlin, the "
+           f"nearest; but {_OLD_GPU}", applies_to=_OPT_OUT),
+    Choice("*", ("unknown",), "moe", _CUTLASS, f"{_NO_FLASHINFER_MOE}; vLLM's CUTLASS MoE "
+           f"({_SM100}, {_SM110} and {_SM120})", applies_to=_OPT_OUT,
            warning="compute capability unknown (no GPU seen, none given): picked --moe-backend "
-           "cutlass, which needs an SM100/SM120-family GPU (marlin below); give "
-           "--compute-capability to pick per GPU family"),
+           "cutlass, which needs a native-FP4 GPU (SM100, SM110 or SM120 family; marlin "
+           "below); give --compute-capability to pick per GPU family"),
     Choice("*", "*", "moe", ("{requested}",), "the nearest equivalent of the MoE kernel asked"),
 )
-
-
-def family_of(compute_capability: tuple[int, int] | None) -> Family:
-    """GPU family for a compute capability; (11, 0) Thor goes with SM120 (no CuTe-DSL FP4)."""
-    if compute_capability is None:
-        return "unknown"
-    major = compute_capability[0]
-    if major == 10:
-        return "sm100"
-    if major in (11, 12):
-        return "sm120"
-    if major < 10:
-        return "below_sm100"
-    return "unknown"

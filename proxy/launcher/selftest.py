@@ -19,13 +19,8 @@ from typing import Any, Literal
 
 import torch
 
-from proxy.launcher import nvfp4
-from proxy.launcher.gpus import (
-    flashinfer_backend_name,
-    gpu_family,
-    normalize_backend,
-    vllm_kernel_for,
-)
+from proxy.launcher import capabilities, nvfp4
+from proxy.launcher.gpus import flashinfer_backend_name, normalize_backend, vllm_kernel_for
 
 logger = logging.getLogger(__name__)
 
@@ -101,14 +96,17 @@ def choose_path(
 ) -> tuple[str | None, str | None]:
     """(mm_fp4 backend to run, None for the torch reference alone; a note on what is
     not exercised). FlashInfer runs only on a native-FP4 GPU and when vLLM would use it."""
-    if not cuda or gpu_family(compute_capability) not in ("sm100", "sm120"):
+    cc = compute_capability
+    if not cuda or cc is None or capabilities.family_of(cc) not in capabilities.NATIVE_FP4:
         return None, None
     fi_backend = flashinfer_backend_name(linear_backend)
     if fi_backend is not None:
         return fi_backend, None
     chosen = normalize_backend(linear_backend) or "auto"
-    if chosen == "auto":
+    if chosen == "auto" and capabilities.mm_fp4_supports("cutlass", cc):
         return "cutlass", "auto: FlashInfer cutlass checked; vLLM's own pick may differ"
+    if chosen == "auto":
+        return None, f"FlashInfer lists no FP4 GEMM for {capabilities.text(cc)}; torch reference only"
     return None, f"vLLM's own {chosen} kernel is not exercised; torch reference only"
 
 

@@ -15,7 +15,9 @@ from packaging.version import Version
 
 from proxy.launcher.changes import Action, Change, Match, Setting, render
 from proxy.launcher.choose import translate_scope
-from proxy.launcher.rules import FROM_COMPANION, SOURCES, Policy, SettingKind, family_of
+from proxy.launcher.command import flag_of
+from proxy.launcher.gpus import normalize_backend
+from proxy.launcher.rules import FROM_COMPANION, SOURCES, Policy, SettingKind
 
 __all__ = ["Action", "Change", "Setting", "Translation", "TranslationError", "render",
            "translate", "translate_setting"]
@@ -33,17 +35,12 @@ class Translation:
     moe_backend: str | None
 
 
-def _flag_name(setting: Setting) -> str:
-    name = setting.name if setting.kind == "flag" else "--" + setting.name
-    return name if not name.startswith("--") else "--" + name[2:].replace("_", "-")
-
-
 def _normalized(value: str, how: str) -> str:
     if how == "exact":
         return value
     if how == "bool":
         return {"true": "1", "false": "0"}.get(value.strip().lower(), value.strip())
-    return value.strip().lower().replace("-", "_")
+    return normalize_backend(value) or ""
 
 
 def _json_value(value: str, path: tuple[str, ...]) -> str | None:
@@ -61,7 +58,7 @@ def _match(setting: Setting, position: int, env: Mapping[str, str]) -> Match | N
         if setting.kind == "env":
             if source.kind != "env" or source.name != setting.name:
                 continue
-        elif source.kind != "flag" or _flag_name(setting) not in (source.name, *source.aliases):
+        elif source.kind != "flag" or flag_of(setting.kind, setting.name) not in (source.name, *source.aliases):
             continue
         raw = setting.value or ""
         if source.json_path:
@@ -99,7 +96,6 @@ def translate(
     """Translate every FP4 setting of one command for vLLM `target` (already range-checked)."""
     env = {s.name: s.value or "" for s in settings if s.kind == "env"}
     matches = [m for i, s in enumerate(settings) if (m := _match(s, i, env)) is not None]
-    family = family_of(compute_capability)
     actions: list[Action] = []
     changes: list[Change] = []
     for m in matches:
@@ -111,7 +107,8 @@ def translate(
     backends: dict[str, str | None] = {}
     for scope in ("linear", "moe"):
         scoped = [m for m in matches if m.source.scope == scope]
-        acts, chs, backend = translate_scope(scope, scoped, target, policy, family)
+        acts, chs, backend = translate_scope(scope, scoped, target, policy,
+                                              compute_capability)
         actions += acts
         changes += chs
         backends[scope] = backend

@@ -29,6 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.launcher.command import normalise_flag
+from proxy.launcher.gpus import normalize_backend
+
 logger = logging.getLogger(__name__)
 
 MARKER = "@@vllm-cutover-validate@@"
@@ -299,7 +302,7 @@ def explain(message: str, options: Sequence[str], choices: Mapping[str, Sequence
     if invalid:
         flag, value = invalid.groups()
         allowed = _choices_for(flag, choices)
-        close = difflib.get_close_matches(value.lower().replace("-", "_"), allowed, n=2)
+        close = difflib.get_close_matches(normalize_backend(value) or "", allowed, n=2)
         short = message.split(" (choose from")[0]
         if close:
             return f"{short} (did you mean {' or '.join(repr(c) for c in close)}?)"
@@ -309,11 +312,11 @@ def explain(message: str, options: Sequence[str], choices: Mapping[str, Sequence
 
 def _option_hint(token: str, options: Sequence[str]) -> str | None:
     flag = token.split("=", 1)[0]
-    known = KNOWN_EQUIVALENTS.get(flag.replace("_", "-"))
+    known = KNOWN_EQUIVALENTS.get(normalise_flag(flag))
     if known and known[0] in options:
         return f"{flag} is {known[1]}; vLLM's is {known[0]}"
     long_options = [o for o in options if o.startswith("--")]
-    close = difflib.get_close_matches(flag.replace("_", "-"), long_options, n=2, cutoff=0.7)
+    close = difflib.get_close_matches(normalise_flag(flag), long_options, n=2, cutoff=0.7)
     return f"did you mean {' or '.join(close)} for {flag}?" if close else None
 
 
@@ -321,6 +324,6 @@ def _choices_for(flag: str, choices: Mapping[str, Sequence[str]]) -> list[str]:
     if flag in choices:
         return list(choices[flag])
     for key, values in choices.items():
-        if key.replace("_", "-") == flag.replace("_", "-"):
+        if normalise_flag(key) == normalise_flag(flag):
             return list(values)
     return []

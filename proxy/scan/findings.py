@@ -60,7 +60,7 @@ class Finding:
     file: str
     line: int
     column: int
-    kind: SettingKind
+    kind: SettingKind | Literal["image"]  # "image": the vLLM version a file pins
     name: str
     value: str | None
     fix: str
@@ -80,6 +80,8 @@ class Finding:
             found = f"{self.name}={self.value}"
         elif self.kind == "config":
             found = f"{self.name}: {self.value}"
+        elif self.kind == "image":
+            found = f"{self.value}"
         line = f"{self.file}:{self.line}: found {found} -> fix {self.fix} ({self.reason})"
         return line + (f" [manual edit: {self.note}]" if self.status == "manual" else "")
 

@@ -18,8 +18,9 @@ from proxy.scan.model import Occurrence, WordsSite
 
 def _tokens(setting: Any) -> list[str]:
     """A replacing setting as command-line tokens (config keys are flags without `--`)."""
-    name = setting.name if setting.kind == "flag" else "--" + setting.name
-    return [name] + ([] if setting.value is None else [setting.value])
+    from proxy.launcher.command import flag_of
+
+    return [flag_of(setting.kind, setting.name)] + ([] if setting.value is None else [setting.value])
 
 
 def replacement_of(action: Any, changes: Sequence[Any]) -> Replacement:
@@ -40,11 +41,10 @@ def replacement_of(action: Any, changes: Sequence[Any]) -> Replacement:
 
 def _scope(setting: Any) -> str:
     """Which kernel choice a setting belongs to, read from the launcher's table."""
+    from proxy.launcher.command import flag_of
     from proxy.launcher.rules import SOURCES
 
-    name = setting.name if setting.kind != "config" else "--" + setting.name
-    if setting.kind != "env":
-        name = "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+    name = setting.name if setting.kind == "env" else flag_of(setting.kind, setting.name)
     for source in SOURCES:
         if (source.kind == "env") == (setting.kind == "env") and \
                 name in (source.name, *source.aliases):

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.version import Version
 
+from proxy.scan.edits import apply_edits
 from proxy.scan.files import (
     FileKind,
     decode,
@@ -25,8 +27,10 @@ from proxy.scan.files import (
     write_with_backup,
 )
 from proxy.scan.findings import Finding, Translate, scan_text
-from proxy.scan.rewrite import apply_plans
+from proxy.scan.image import Pin, bump_edits, older, pins_beside, pins_in, why_older
+from proxy.scan.rewrite import Plan, apply_plans
 from proxy.scan.undecodable import masked_text, shown, unmasked
+from proxy.scan.yaml_tidy import drop_emptied_env_keys
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,14 @@ class Skipped:
         return {"file": self.path, "line": None, "column": None, "kind": None, "name": None,
                 "value": None, "fix": None, "reason": self.why, "status": "skipped",
                 "note": "not read: this file was not scanned"}
+
+
+@dataclass(frozen=True)
+class ImageCheck:
+    """The target the fixes are for, and whether `--fix` may bump an older vLLM pin."""
+
+    target: Version
+    bump: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,8 +87,23 @@ class ScanReport:
         return [f for r in self.files for f in r.fixed]
 
 
-def scan_file(path: Path, kind: FileKind, original: bytes, translate: Translate, fix: bool
-              ) -> FileResult:
+def _image_rows(pins: list[Pin], target: Version, here: bool, fixing: bool) -> list[Finding]:
+    how = ("bump it in the same edit: scan --fix --bump-image" if here else
+           f"bump vllm== there to {target} before fixing this file")
+    return [Finding(p.file, p.line, p.column, "image", "vllm", p.text, p.bumped(target),
+                    why_older(p, target, here), "manual",
+                    ("this file's flags were not rewritten; " if fixing else "") + how)
+            for p in pins]
+
+
+def _held(findings: tuple[Finding, ...], pin: Pin, target: Version) -> tuple[Finding, ...]:
+    why = f"not rewritten: {why_older(pin, target, True)}"
+    return tuple(replace(f, status="manual", note=why) if f.status == "fixable" else f
+                 for f in findings)
+
+
+def scan_file(path: Path, kind: FileKind, original: bytes, translate: Translate, fix: bool,
+              images: ImageCheck | None = None) -> FileResult:
     """Scan (and with `fix` rewrite) one file whose bytes were read as `original`."""
     label = str(path)
     text = decode(original)
@@ -90,17 +117,48 @@ def scan_file(path: Path, kind: FileKind, original: bytes, translate: Translate,
         return FileResult(label, found, error=None if found else f"{label}: {why}")
     findings = tuple(f for f, _ in results)
     plans = [p for _, p in results if p is not None]
+    stale: list[Pin] = []
+    if images is not None and findings:
+        here = pins_in(label, masked)
+        stale = older(here or pins_beside(path), images.target)
+        bumping = fix and images.bump and bool(here) and bool(plans)
+        rows = _image_rows(stale, images.target, bool(here), fix and bool(plans))
+        if stale and not bumping:
+            held = _held(findings, stale[0], images.target) if fix else findings
+            return FileResult(label, tuple(sorted(held + tuple(rows), key=_place)))
+        findings = tuple(sorted(findings + tuple(rows), key=_place))
     if not fix or not plans:
         return FileResult(label, findings)
+    bump_to = images.target if images is not None and stale else None
+    return _rewrite(path, kind, original, (text, masked, mask), results, translate,
+                    findings, bump_to)
+
+
+def _place(finding: Finding) -> tuple[str, int, int]:
+    return finding.file, finding.line, finding.column
+
+
+def _rewrite(path: Path, kind: FileKind, original: bytes, texts: tuple[str, str, Any],
+             results: list[tuple[Finding, Plan | None]], translate: Translate,
+             findings: tuple[Finding, ...], bump_to: Version | None) -> FileResult:
+    """Apply the plans (and the image bumps); keep the result only if a re-scan agrees."""
+    label = str(path)
+    text, masked, mask = texts
+    plans = [p for _, p in results if p is not None]
     new_masked, applied = apply_plans(masked, plans, kind == "yaml")
-    new_text = unmasked(new_masked, mask, text)
     if not applied:
         return FileResult(label, findings, error=f"{label}: the fixes could not be placed "
                                                  "safely; left unchanged")
+    if kind == "yaml":
+        new_masked = drop_emptied_env_keys(masked, new_masked)
+    if bump_to is not None:
+        new_masked = apply_edits(new_masked, bump_edits(new_masked, bump_to))
+    new_text = unmasked(new_masked, mask, text)
     if new_text == text:
         return FileResult(label, findings)
     left = [f for f, _ in scan_text(label, kind, new_masked, translate)]
     done = [f for f, p in results if p is not None and p in applied]
+    done += [f for f in findings if f.kind == "image"] if bump_to else []
     not_applied = sum(f.status == "fixable" for f, p in results if p not in applied)
     if new_text is None or sum(f.status == "fixable" for f in left) > not_applied:
         log.warning("%s: the rewrite did not remove what it fixed; file left as it was", label)
@@ -130,8 +188,11 @@ def _read(path: Path, explicit: bool, max_file_bytes: int
 
 
 def scan_paths(paths: Sequence[Path], translate: Translate, *, fix: bool = False,
-               max_file_bytes: int = MAX_FILE_BYTES) -> ScanReport:
-    """Scan files and directories (walked, skipping VCS/dependency dirs and binaries)."""
+               max_file_bytes: int = MAX_FILE_BYTES, images: ImageCheck | None = None
+               ) -> ScanReport:
+    """Scan files and directories (walked, skipping VCS/dependency dirs and binaries).
+    With `images`, a file whose vLLM pin is older than the target is reported, and its
+    flags are rewritten only together with a bump of that pin (`images.bump`)."""
     results: list[FileResult] = []
     errors: list[str] = []
     warnings: list[str] = []
@@ -146,7 +207,7 @@ def scan_paths(paths: Sequence[Path], translate: Translate, *, fix: bool = False
             if kind is None:
                 continue
             scanned += 1
-            result = scan_file(path, kind, data, translate, fix)
+            result = scan_file(path, kind, data, translate, fix, images)
             if result.error:
                 (errors if explicit or result.findings else warnings).append(result.error)
             if result.findings or result.error:

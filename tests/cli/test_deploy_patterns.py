@@ -98,13 +98,14 @@ def test_launch_spark_opt_out_becomes_moe_backend_cutlass(
 
 
 def _scan_fix(script: str, target: str, policy: str, tmp_path: Path,
-              capsys: pytest.CaptureFixture[str]) -> tuple[Path, list[dict[str, Any]]]:
+              capsys: pytest.CaptureFixture[str], *extra: str
+              ) -> tuple[Path, list[dict[str, Any]]]:
     tmp_path.mkdir(exist_ok=True)
     path = tmp_path / script
     shutil.copy(PATTERNS / script, path)
     capsys.readouterr()
     code = main(["scan", str(path), "--fix", "--json", "--target-version", target, "--policy",
-                 policy, "--compute-capability", CC[script]])
+                 policy, "--compute-capability", CC[script], *extra])
     rows = json.loads(capsys.readouterr().out)
     assert code == (1 if any(r["status"] == "manual" for r in rows) else 0)
     return path, rows
@@ -114,9 +115,13 @@ def _scan_fix(script: str, target: str, policy: str, tmp_path: Path,
 @pytest.mark.parametrize("target", TARGETS)
 def test_scan_fix_docker_run(target: str, policy: str, tmp_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
-    path, rows = _scan_fix("docker-run.sh", target, policy, tmp_path, capsys)
+    path, rows = _scan_fix("docker-run.sh", target, policy, tmp_path, capsys, "--bump-image")
     by_name = {r["name"]: r for r in rows}
-    assert set(by_name) == {"VLLM_NVFP4_GEMM_BACKEND", "VLLM_USE_FLASHINFER_MOE_FP4"}
+    assert set(by_name) == {"VLLM_NVFP4_GEMM_BACKEND", "VLLM_USE_FLASHINFER_MOE_FP4", "vllm"}
+    # the script's image runs vLLM 0.18.1: bumped to the target in the same edit
+    image = by_name["vllm"]
+    assert (image["kind"], image["status"], image["value"], image["fix"]) == (
+        "image", "fixed", "vllm/vllm-openai:v0.18.1", f"vllm/vllm-openai:v{target}.0")
     # the opt-out goes: the command already names a non-FlashInfer --moe-backend
     assert by_name["VLLM_USE_FLASHINFER_MOE_FP4"]["status"] == "fixed"
     # Marlin stays Marlin; a variable that becomes a flag is written by hand
@@ -125,7 +130,20 @@ def test_scan_fix_docker_run(target: str, policy: str, tmp_path: Path,
     text = path.read_text()
     assert "VLLM_USE_FLASHINFER_MOE_FP4" not in text and "--moe-backend triton" in text
     assert text == (PATTERNS / "docker-run.sh").read_text().replace(
-        "  -e VLLM_USE_FLASHINFER_MOE_FP4=0 \\\n", "")
+        "  -e VLLM_USE_FLASHINFER_MOE_FP4=0 \\\n", "").replace("v0.18.1", f"v{target}.0")
+
+
+@pytest.mark.parametrize("target", ["0.22", "0.32"])
+def test_scan_fix_leaves_a_file_whose_image_is_older_than_the_target(
+        target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, rows = _scan_fix("docker-run.sh", target, "migrate", tmp_path, capsys)
+    assert path.read_text() == (PATTERNS / "docker-run.sh").read_text()
+    assert all(r["status"] == "manual" for r in rows)
+    by_name = {r["name"]: r for r in rows}
+    assert "bump-image" in by_name["vllm"]["note"]
+    assert "runs vLLM 0.18.1, older than the target" in by_name["vllm"]["reason"]
+    opt_out = by_name["VLLM_USE_FLASHINFER_MOE_FP4"]
+    assert opt_out["note"].startswith("not rewritten: vllm/vllm-openai:v0.18.1 runs vLLM 0.18.1")
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -155,7 +173,9 @@ def test_real_vllm_032_parser_accepts_the_results(
         if cc != CC[script]:
             continue
         # what `scan --fix` wrote plus its manual edits, as the operator would make them
-        path, rows = _scan_fix(script, "0.32", policy, tmp_path / policy, capsys)
+        path, rows = _scan_fix(script, "0.32", policy, tmp_path / policy, capsys,
+                               "--bump-image")
+        assert "vllm/vllm-openai:v0.18.1" not in path.read_text()
         manual = [w for r in rows if r["status"] == "manual" for w in shlex.split(r["fix"])]
         arg_sets.append(command_of(path.read_text())[1] + manual)
     assert moe_values == {"triton", "cutlass", "marlin"}  # marlin: the 9.0 run

@@ -110,7 +110,7 @@ def test_config_file_copy(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     (["--compute-capability", "abc", "--", "vllm", "serve", "m"], "'abc'"),
     (["--compute-capability", "99.9", "--", "vllm", "serve", "m"],
      "no GPU has compute capability '99.9'"),
-    (["--compute-capability", "10", "--", "vllm", "serve", "m"], "got '10'"),
+    (["--compute-capability", "13", "--", "vllm", "serve", "m"], "no GPU has compute capability '13'"),
     (["--exec-prefix", "'python", "--", "m"], "--exec-prefix \"'python\": No closing quotation"),
     (["--vllm-version", "0.32.0", "--", "vllm", "serve", "m", "--kernel-config", "{not json"],
      "--kernel-config '{not json': not valid JSON"),

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from packaging.version import Version
 
 from proxy.cli import main
+from proxy.launcher.capabilities import KNOWN_CAPABILITIES
 from proxy.launcher.command import CommandError, parse_command
 from proxy.launcher.config_file import ConfigError, ConfigFile
-from proxy.launcher.gpus import KNOWN_CAPABILITIES
 from proxy.launcher.kernel_config import KernelConfigError
 from proxy.launcher.planner import plan_launch
 from proxy.launcher.rules import SOURCES

@@ -24,12 +24,21 @@ def test_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "nope" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("capability", ["sm100", "99.9", "10", "100", ""])
+@pytest.mark.parametrize("capability", ["sm100", "99.9", "13", "100", ""])
 def test_bad_compute_capability_exits_2(capability: str, deploy: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    # the same parser as launch: "10" is refused by both, not read as 10.0 by one
     assert main(["scan", str(deploy), "--compute-capability", capability]) == 2
     assert repr(capability) in capsys.readouterr().err
+
+
+def test_a_bare_major_is_its_dot_zero_as_in_launch(deploy: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # the same parser as launch: "12" is 12.0 for both
+    outputs = []
+    for given in ("12", "12.0"):
+        assert main(["scan", str(deploy), "--json", "--compute-capability", given]) == 1
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and "flashinfer_cutlass" in outputs[0]
 
 
 def test_clean_tree_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -70,9 +79,12 @@ def test_fix_round_trip(deploy: Path, capsys: pytest.CaptureFixture[str]) -> Non
     originals = {p.name: p.read_bytes() for p in deploy.iterdir()}
     compose = deploy / "docker-compose.yml"
     (deploy / "docker-compose.yml.bak").write_bytes(b"an older backup\n")
-    assert main(["scan", str(deploy), "--fix", "--json", "--compute-capability", "12.0"]) == 1
+    assert main(["scan", str(deploy), "--fix", "--bump-image", "--json",
+                 "--compute-capability", "12.0"]) == 1
     rows = json.loads(capsys.readouterr().out)
     fixed = [r for r in rows if r["status"] == "fixed"]
+    # the fixtures' images run vLLM 0.21.0: bumped with the flags, to the default target
+    assert {r["fix"] for r in rows if r["kind"] == "image"} == {"vllm/vllm-openai:v0.33.0"}
     assert fixed and all(r["status"] in ("fixed", "manual") for r in rows)
     assert (deploy / "docker-compose.yml.bak").read_bytes() == b"an older backup\n"
     backups = sorted(p.name for p in deploy.glob("*.bak*"))

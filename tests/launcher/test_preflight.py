@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.launcher import gpus, preflight, probes
+from proxy.launcher import capabilities, preflight, probes
 from proxy.launcher.preflight import PreflightReport, detect_compute_capability, run_preflight
 
 
@@ -45,7 +45,7 @@ def fake_flashinfer(supported: Callable[[str, int], bool], calls: list) -> types
 
 
 def table_answer(backend: str, cc: int) -> bool:
-    return cc in gpus.MM_FP4_SUPPORT_TABLE.get(backend, frozenset())
+    return cc in capabilities.MM_FP4_SUPPORT.get(backend, frozenset())
 
 
 @pytest.fixture

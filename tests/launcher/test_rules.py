@@ -6,7 +6,8 @@ from itertools import product
 
 from packaging.version import Version
 
-from proxy.launcher.rules import CHOICES, MECHANISMS, SOURCES, family_of
+from proxy.launcher.capabilities import FAMILY_NAME
+from proxy.launcher.rules import CHOICES, MECHANISMS, SOURCES
 
 RELEASES = [Version(f"0.{minor}.{micro}") for minor in range(10, 34) for micro in (0, 1)]
 
@@ -35,10 +36,10 @@ def test_version_windows_from_the_facts() -> None:
 
 
 def test_every_policy_and_family_has_a_choice() -> None:
-    for policy, family, scope in product(("migrate", "preserve"),
-                                         ("sm100", "sm120", "below_sm100", "unknown"),
+    for policy, family, scope in product(("migrate", "preserve"), FAMILY_NAME,
                                          ("linear", "moe")):
-        assert any(c.scope == scope and c.policy in (policy, "*") and c.family in (family, "*")
+        assert any(c.scope == scope and c.policy in (policy, "*")
+                   and (c.families == "*" or family in c.families)
                    for c in CHOICES), (policy, family, scope)
 
 
@@ -49,10 +50,3 @@ def test_a_gemm_kernel_knob_exists_from_0101() -> None:
                     and any(v.backend.startswith("flashinfer") for v in m.values)
                     for m in MECHANISMS)
         assert found == (release >= Version("0.10.1")), release
-
-
-def test_families() -> None:
-    assert family_of((10, 0)) == family_of((10, 3)) == "sm100"
-    assert family_of((12, 1)) == "sm120"
-    assert family_of((9, 0)) == family_of((8, 9)) == "below_sm100"
-    assert family_of(None) == "unknown"

@@ -20,12 +20,14 @@ from proxy.launcher.translate import Change
 
 RELEASES = [Version(v) for v in ("0.10.0", "0.10.1", "0.11.0", "0.11.1")] + [
     Version(f"0.{minor}.0") for minor in range(12, 34)]
-FAMILIES = {"sm100": (10, 0), "sm120": (12, 1), "below_sm100": (9, 0), "unknown": None}
+FAMILIES = {"sm100": (10, 0), "sm110": (11, 0), "thor_cuda12": (10, 1), "sm120": (12, 1),
+            "below_sm100": (9, 0), "unknown": None}
 DEFAULT = "(vLLM's own choice)"
 NOT_FI = "(not FlashInfer)"
 FLASHINFER = "(a FlashInfer MoE kernel)"
 # vLLM's NVFP4 MoE without FlashInfer: its CUTLASS kernel on native FP4 GPUs, Marlin below.
-NON_FI_MOE = {"sm100": "cutlass", "sm120": "cutlass", "below_sm100": "marlin", "unknown": "cutlass"}
+NON_FI_MOE = {"sm100": "cutlass", "sm110": "cutlass", "thor_cuda12": "cutlass", "sm120": "cutlass",
+              "below_sm100": "marlin", "unknown": "cutlass"}
 Env = tuple[tuple[str, str], ...]
 
 # What each old setting made vLLM (SGLang, for its flags) run: the facts' old -> new mapping.

