@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from proxy.compare.types import Capture, Comparison
+from proxy.evidence_metrics import EvidenceMetrics
 
 __all__ = ["CONTENT_TYPE_LATEST", "ProxyMetrics", "status_class"]
 
@@ -133,6 +134,7 @@ class ProxyMetrics:
         self.cutover_phase = Gauge(
             f"{ns}_cutover_phase", "Phase of the proxy's cutover (1 on the current one; none "
             "ever started: no series)", ("phase",), registry=registry)
+        self.evidence = EvidenceMetrics(registry)
         for name in VERDICTS:
             self.verdict.labels(name).set(1.0 if name == "inconclusive" else 0.0)
         self._phases_seen: set[str] = set()

@@ -1,0 +1,66 @@
+"""The gate's evidence as Prometheus metrics: enough to rebuild the verdict from a fleet.
+
+Every mirrored request recorded by a sidecar adds, per role (primary = old, shadow =
+new, baseline = a second old), exactly what `GateInputs.from_records` counts from the
+records: requests and errors, and for successful answers the TTFT and TPOT of streamed
+ones and the output length. Comparisons and admission are counted by `proxy.metrics`
+(`vllm_cutover_comparisons_total`, `vllm_cutover_shadow_sampled_total`,
+`vllm_cutover_shadow_dropped_total`). Labels: role and result only (no URL, no model: the
+scrape adds the target's labels, bounded by the deployment).
+
+Buckets are geometric, 2^(1/6) apart (12 % wide), so a p50 ratio limit of 1.10 is judged
+from buckets narrower than the margin, not from a 0.1 s to 0.15 s step.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from proxy.compare.stats import tpot_s
+from proxy.compare.tally import timed_capture
+from proxy.compare.types import ExchangeRecord
+
+__all__ = ["EVIDENCE_ROLES", "LENGTH_BUCKETS", "TIME_BUCKETS_S", "EvidenceMetrics"]
+
+EVIDENCE_ROLES = ("primary", "shadow", "baseline")
+# 2^-11 s (0.49 ms) .. 2^7 s (128 s), six buckets per doubling.
+TIME_BUCKETS_S = tuple(round(2 ** (k / 6), 9) for k in range(-66, 43))
+# 1 .. 32768 tokens, four buckets per doubling (integers, deduplicated).
+LENGTH_BUCKETS = tuple(sorted({round(2 ** (k / 4)) for k in range(61)}))
+NS = "vllm_cutover_evidence"
+
+
+class EvidenceMetrics:
+    """Counters and histograms fed once per recorded exchange."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            f"{NS}_requests", "Recorded requests per role (cancelled ones left out), ok or "
+            "error (no answer, or status >= 400)", ("role", "result"), registry=registry)
+        self.ttft = Histogram(
+            f"{NS}_ttft_seconds", "TTFT of successful streamed answers, per role",
+            ("role",), buckets=TIME_BUCKETS_S, registry=registry)
+        self.tpot = Histogram(
+            f"{NS}_tpot_seconds", "Time per output token after the first (streamed, >= 2 "
+            "tokens), per role", ("role",), buckets=TIME_BUCKETS_S, registry=registry)
+        self.output_tokens = Histogram(
+            f"{NS}_output_tokens", "Output length of successful answers, per role",
+            ("role",), buckets=LENGTH_BUCKETS, registry=registry)
+
+    def observe(self, record: ExchangeRecord) -> None:
+        """Count one record the way `GateInputs.from_records` aggregates it."""
+        for cap in record.captures:
+            if cap.cancelled:
+                continue
+            failed = cap.error is not None or cap.status is None or cap.status >= 400
+            self.requests.labels(cap.role, "error" if failed else "ok").inc()
+            if failed:
+                continue
+            timed = timed_capture(record, cap)
+            if timed.ttft_s is not None:
+                self.ttft.labels(cap.role).observe(timed.ttft_s)
+            per_token = tpot_s(timed)
+            if per_token is not None:
+                self.tpot.labels(cap.role).observe(per_token)
+            if cap.output_tokens is not None:
+                self.output_tokens.labels(cap.role).observe(cap.output_tokens)
