@@ -46,6 +46,13 @@ class EvidenceMetrics:
         self.output_tokens = Histogram(
             f"{NS}_output_tokens", "Output length of successful answers, per role",
             ("role",), buckets=LENGTH_BUCKETS, registry=registry)
+        # Every series exists from the start at zero: increase() over a window then counts
+        # a sidecar's first requests too (a series born at 5 would be read as +0).
+        for role in EVIDENCE_ROLES:
+            for result in ("ok", "error"):
+                self.requests.labels(role, result)
+            for histogram in (self.ttft, self.tpot, self.output_tokens):
+                histogram.labels(role)
 
     def observe(self, record: ExchangeRecord) -> None:
         """Count one record the way `GateInputs.from_records` aggregates it."""

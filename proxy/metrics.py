@@ -135,6 +135,9 @@ class ProxyMetrics:
             f"{ns}_cutover_phase", "Phase of the proxy's cutover (1 on the current one; none "
             "ever started: no series)", ("phase",), registry=registry)
         self.evidence = EvidenceMetrics(registry)
+        for against in ("shadow", "baseline"):  # at zero from the start (see EvidenceMetrics)
+            for outcome in ("match", "diverged"):
+                self.comparisons.labels(against, outcome, "true")
         for name in VERDICTS:
             self.verdict.labels(name).set(1.0 if name == "inconclusive" else 0.0)
         self._phases_seen: set[str] = set()
