@@ -86,13 +86,16 @@ def recording_rules(selector: Selector, window: str = "30m",
                       "expr": inc(REQUESTS, _eq("role", role), _eq("result", "error"))
                       + " / " + inc(REQUESTS, _eq("role", role))})
     shed = inc(DROPPED, f'reason=~"{"|".join(SHED_REASONS)}"')
-    rules.append({"record": f"{P}coverage:{w}", "expr": f"1 - {shed} / {inc(SAMPLED)}"})
+    # No request shed has no series at all: 0, not an empty result.
+    rules.append({"record": f"{P}coverage:{w}",
+                  "expr": f"1 - ({shed} or vector(0)) / {inc(SAMPLED)}"})
     return rules
 
 
-def rule_groups(selector: Selector, window: str = "30m") -> dict[str, Any]:
-    return {"groups": [{"name": "vllm-cutover-gate", "interval": "30s",
-                        "rules": recording_rules(selector, window)}]}
+def rule_groups(selector: Selector, window: str = "30m", interval: str = "30s",
+                criteria: GateCriteria | None = None) -> dict[str, Any]:
+    return {"groups": [{"name": "vllm-cutover-gate", "interval": interval,
+                        "rules": recording_rules(selector, window, criteria)}]}
 
 
 def argo_metrics(address: str = "{{args.prometheus-address}}", window: str = "30m",

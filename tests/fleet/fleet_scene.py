@@ -4,14 +4,18 @@ and the reference verdict: the gate over the three proxies' records merged."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from proxy.compare.gate import GateCriteria, GateInputs, Verdict, evaluate
 from proxy.compare.tally import AdmissionCounts
+from proxy.fleet.promql import parse_selector
+from proxy.fleet.rules import argo_metrics, rule_groups
 from proxy.store import SqliteStore
 from tests.e2e.proxy_fixtures import RunningProxy, http_request, start_proxy, wait_for
 from tests.e2e.servers import HOST, ServerProcess, free_port, spawn
@@ -86,6 +90,42 @@ def merged_records_verdict(proxies: Sequence[RunningProxy],
             admission = AdmissionCounts(admission.eligible + counted.eligible, shed)
     inputs = replace(GateInputs.from_records(records), admission=admission)
     return evaluate(inputs, criteria), inputs
+
+
+def argo_prometheus_phases(prometheus_server: Any, job: str, work_dir: Path) -> dict[str, str]:
+    """Load the recording rules for `job` (5 m window, evaluated every second) into the real
+    Prometheus, then judge each Argo `prometheus` metric as Argo does: its query's vector
+    as `result`, successCondition -> Successful, failureCondition -> Failed, else
+    Inconclusive."""
+    import yaml
+
+    window = "5m"
+    rules = rule_groups(parse_selector(f'{{job="{job}"}}'), window, "1s", CRITERIA)
+    path = work_dir / f"{job}.rules.yml"
+    path.write_text(yaml.safe_dump(rules))
+    prometheus_server.set_rule_files([str(path)])
+    # Recorded series of an earlier job's rules keep their names: wait for evaluations of
+    # these rules (the recorded sample's timestamp is its evaluation's).
+    loaded = time.time()
+    prometheus_server.wait_until(f"timestamp(vllm_cutover:coverage:{window}) > {loaded + 2:.3f}",
+                                 timeout_s=30)
+    phases = {}
+    for metric in argo_metrics(window=window, criteria=CRITERIA):
+        rows = prometheus_server.query(metric["provider"]["prometheus"]["query"])
+        result = [float(row["value"][1]) for row in rows]
+        if _argo_true(metric["successCondition"], result):
+            phases[metric["name"]] = "Successful"
+        elif "failureCondition" in metric and _argo_true(metric["failureCondition"], result):
+            phases[metric["name"]] = "Failed"
+        else:
+            phases[metric["name"]] = "Inconclusive"
+    return phases
+
+
+def _argo_true(condition: str, result: list[float]) -> bool:
+    """An Argo (expr-lang) condition of the forms we ship: `&&`, comparisons, len()."""
+    python = condition.replace("&&", " and ").replace("true", "True")
+    return bool(eval(python, {"__builtins__": {}, "len": len}, {"result": result}))
 
 
 def targets(proxies: Sequence[RunningProxy]) -> list[str]:

@@ -25,6 +25,7 @@ from tests.fleet.fleet_scene import (
     PACE,
     REQUESTS_PER_PROXY,
     SLOW_AND_DIVERGING,
+    argo_prometheus_phases,
     fleet,
     merged_records_verdict,
     send_traffic,
@@ -86,6 +87,8 @@ def test_passing_fleet(prometheus_server, sims, tmp_path: Path):
         assert result["verdict"] == "pass", result["reasons"]
         assert result["compared"] == FLEET and result["diverged"] == 0
         selector = '{job="fleet-pass"}'
+        assert set(argo_prometheus_phases(prometheus_server, "fleet-pass", tmp_path).values()) \
+            == {"Successful"}
         assert cli_main(["gate", "--prometheus", prometheus_server.url, "--selector", selector,
                          "--gate-max-excess-divergence", "0.1", "--gate-max-ttft-p50-ratio", "1.3", "--gate-max-tpot-p50-ratio", "1.3",
                          "--gate-max-ttft-p99-ratio", "0", "--gate-max-tpot-p99-ratio", "0"]) == 0
@@ -114,6 +117,9 @@ def test_regressing_fleet(prometheus_server, sims, tmp_path: Path):
         assert any("TTFT p50" in r for r in fails) and any("TPOT p50" in r for r in fails)
         assert cli_main(["gate", "--prometheus", prometheus_server.url,
                          "--selector", '{job="fleet-bad"}']) == 1
+        phases = argo_prometheus_phases(prometheus_server, "fleet-bad", tmp_path)
+        assert phases["match-rate"] == "Failed" and phases["ttft-p50-ratio"] == "Failed"
+        assert phases["tpot-p50-ratio"] == "Failed" and phases["coverage"] == "Successful"
         prometheus_server.set_targets("fleet-bad", [])
 
 
