@@ -50,7 +50,8 @@ SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
                                  "timeoutSeconds": ANY, "insecure": ANY,
                                  "headers": [{"key": ANY, "value": ANY}]},
                          "prometheus": {"address": ANY, "query": ANY, "timeout": ANY,
-                                        "insecure": ANY, "headers": ANY}}}],
+                                        "insecure": ANY, "headers": ANY},
+                         "job": {"metadata": ANY, "spec": ANY}}}],
                  "dryRun": ANY, "measurementRetention": ANY}},
     ("flagger.app/v1beta1", "Canary"): {
         "apiVersion": ANY, "kind": ANY, "metadata": METADATA,

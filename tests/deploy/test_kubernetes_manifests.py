@@ -60,6 +60,16 @@ def test_every_object_validates(overlay):
             "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "t"},
             "spec": {k: rollout["spec"][k] for k in ("replicas", "selector", "template")}},
             K8S_VERSION, strict=True)
+    for template in by_kind(objects, "AnalysisTemplate").values():  # a job's spec, as a Job's
+        for metric in template["spec"]["metrics"]:
+            if "job" in metric["provider"]:
+                kubernetes_validate.validate({
+                    "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "t"},
+                    "spec": metric["provider"]["job"]["spec"]}, K8S_VERSION, strict=True)
+                (container,) = metric["provider"]["job"]["spec"]["template"]["spec"][
+                    "containers"]
+                assert container["command"][:2] == ["vllm-cutover", "gate"]
+                build_parser().parse_args(container["command"][1:])  # our CLI takes it
     for canary in by_kind(objects, "Canary").values():
         assert {w["type"] for w in canary["spec"]["analysis"]["webhooks"]} <= WEBHOOK_TYPES
 
