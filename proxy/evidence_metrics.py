@@ -14,11 +14,12 @@ from buckets narrower than the margin, not from a 0.1 s to 0.15 s step.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter
 
 from proxy.compare.stats import tpot_s
 from proxy.compare.tally import timed_capture
 from proxy.compare.types import ExchangeRecord
+from proxy.histograms import BulkHistogram
 
 __all__ = ["EVIDENCE_ROLES", "LENGTH_BUCKETS", "TIME_BUCKETS_S", "EvidenceMetrics"]
 
@@ -37,22 +38,24 @@ class EvidenceMetrics:
         self.requests = Counter(
             f"{NS}_requests", "Recorded requests per role (cancelled ones left out), ok or "
             "error (no answer, or status >= 400)", ("role", "result"), registry=registry)
-        self.ttft = Histogram(
+        # Bisect-fed: prometheus_client's Histogram walks its 109 bounds per value (about
+        # 240 us per three-capture record measured, 8 us this way).
+        self.ttft = BulkHistogram(
             f"{NS}_ttft_seconds", "TTFT of successful streamed answers, per role",
-            ("role",), buckets=TIME_BUCKETS_S, registry=registry)
-        self.tpot = Histogram(
+            ("role",), TIME_BUCKETS_S, registry)
+        self.tpot = BulkHistogram(
             f"{NS}_tpot_seconds", "Time per output token after the first (streamed, >= 2 "
-            "tokens), per role", ("role",), buckets=TIME_BUCKETS_S, registry=registry)
-        self.output_tokens = Histogram(
+            "tokens), per role", ("role",), TIME_BUCKETS_S, registry)
+        self.output_tokens = BulkHistogram(
             f"{NS}_output_tokens", "Output length of successful answers, per role",
-            ("role",), buckets=LENGTH_BUCKETS, registry=registry)
+            ("role",), tuple(float(b) for b in LENGTH_BUCKETS), registry)
         # Every series exists from the start at zero: increase() over a window then counts
         # a sidecar's first requests too (a series born at 5 would be read as +0).
         for role in EVIDENCE_ROLES:
             for result in ("ok", "error"):
                 self.requests.labels(role, result)
             for histogram in (self.ttft, self.tpot, self.output_tokens):
-                histogram.labels(role)
+                histogram.observe_many((role,), ())
 
     def observe(self, record: ExchangeRecord) -> None:
         """Count one record the way `GateInputs.from_records` aggregates it."""
@@ -64,10 +67,11 @@ class EvidenceMetrics:
             if failed:
                 continue
             timed = timed_capture(record, cap)
+            labels = (cap.role,)
             if timed.ttft_s is not None:
-                self.ttft.labels(cap.role).observe(timed.ttft_s)
+                self.ttft.observe_many(labels, (timed.ttft_s,))
             per_token = tpot_s(timed)
             if per_token is not None:
-                self.tpot.labels(cap.role).observe(per_token)
+                self.tpot.observe_many(labels, (per_token,))
             if cap.output_tokens is not None:
-                self.output_tokens.labels(cap.role).observe(cap.output_tokens)
+                self.output_tokens.observe_many(labels, (cap.output_tokens,))
