@@ -8,18 +8,17 @@ become "other"), so replacing routes at run time cannot grow the series count.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from proxy.compare.types import Capture, Comparison
+from proxy.evidence_metrics import EvidenceMetrics
+from proxy.histograms import BulkHistogram
 
-__all__ = ["CONTENT_TYPE_LATEST", "ProxyMetrics", "status_class"]
+__all__ = ["CONTENT_TYPE_LATEST", "BulkHistogram", "ProxyMetrics", "status_class"]
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
                      1.5, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
@@ -28,46 +27,6 @@ ITL_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.0
 DIVERGENCE_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 VERDICTS = ("pass", "fail", "inconclusive")
 OTHER = "other"
-
-
-class BulkHistogram(Collector):
-    """A histogram fed many values at once (inter-token gaps: hundreds per request).
-
-    prometheus_client's Histogram takes a lock and walks the buckets per value;
-    here a whole capture's gaps cost one bisect each and are exported the same way.
-    """
-
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
-                 buckets: tuple[float, ...], registry: CollectorRegistry) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = labelnames
-        self.bounds = buckets
-        self._series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
-        registry.register(self)
-
-    def observe_many(self, labels: tuple[str, ...], values: Iterable[float]) -> None:
-        series = self._series.get(labels)
-        if series is None:
-            series = self._series[labels] = ([0] * (len(self.bounds) + 1), [0.0])
-        counts, total = series
-        bounds = self.bounds
-        for value in values:
-            counts[bisect_left(bounds, value)] += 1
-            total[0] += value
-
-    def describe(self) -> list[HistogramMetricFamily]:
-        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
-
-    def collect(self) -> Iterator[HistogramMetricFamily]:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for labels, (counts, total) in list(self._series.items()):
-            cumulative, running = [], 0
-            for bound, count in zip((*self.bounds, float("inf")), counts):
-                running += count
-                cumulative.append((floatToGoString(bound), running))
-            family.add_metric(list(labels), cumulative, total[0])
-        yield family
 
 
 def status_class(status: int | None) -> str:
@@ -133,6 +92,10 @@ class ProxyMetrics:
         self.cutover_phase = Gauge(
             f"{ns}_cutover_phase", "Phase of the proxy's cutover (1 on the current one; none "
             "ever started: no series)", ("phase",), registry=registry)
+        self.evidence = EvidenceMetrics(registry)
+        for against in ("shadow", "baseline"):  # at zero from the start (see EvidenceMetrics)
+            for outcome in ("match", "diverged"):
+                self.comparisons.labels(against, outcome, "true")
         for name in VERDICTS:
             self.verdict.labels(name).set(1.0 if name == "inconclusive" else 0.0)
         self._phases_seen: set[str] = set()

@@ -46,6 +46,7 @@ class PrometheusServer:
     binary: str = "prometheus"
     port: int = 0
     jobs: dict[str, Job] = field(default_factory=dict)
+    rule_files: list[str] = field(default_factory=list)
     _process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -85,10 +86,22 @@ class PrometheusServer:
         else:
             self.jobs.pop(job, None)
         self._write_config()
+        self._reload()
+
+    def _reload(self) -> None:
         request = urllib.request.Request(self.url + "/-/reload", method="POST")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            if response.status != 200:
-                raise PrometheusError(f"reload answered {response.status}")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                if response.status != 200:
+                    raise PrometheusError(f"reload answered {response.status}")
+        except urllib.error.HTTPError as exc:
+            raise PrometheusError(f"reload refused: {exc.read(500)!r}") from None
+
+    def set_rule_files(self, paths: list[str]) -> None:
+        """Evaluate these rule files from now on (Prometheus refuses a reload with a bad one)."""
+        self.rule_files = list(paths)
+        self._write_config()
+        self._reload()
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         """The instant vector or scalar result of `promql` now (the API's `data.result`)."""
@@ -122,7 +135,7 @@ class PrometheusServer:
         ]
         config = {"global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s",
                              "evaluation_interval": f"{SCRAPE_INTERVAL_S}s"},
-                  "scrape_configs": scrape_configs}
+                  "scrape_configs": scrape_configs, "rule_files": self.rule_files}
         # JSON is YAML: no YAML writer needed.
         self._config_path.write_text(json.dumps(config, indent=1))
 

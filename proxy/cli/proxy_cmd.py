@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from proxy.mirror.config import ProxyConfig
 
 TOKEN_ENV = "VLLM_CUTOVER_ADMIN_TOKEN"
+GATE_TOKEN_ENV = "VLLM_CUTOVER_GATE_TOKEN"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -78,6 +79,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--admin-host", default="127.0.0.1", help="admin address (default loopback)")
     p.add_argument("--admin-token", metavar="T",
                    help=f"bearer token for mutating admin calls (or env {TOKEN_ENV})")
+    p.add_argument("--gate-token", metavar="T",
+                   help="read-only bearer token for the Argo Rollouts / Flagger gate endpoints "
+                        f"(/admin/gate/analysis, /admin/gate/flagger...; or env {GATE_TOKEN_ENV}); "
+                        "they also take the admin token")
+    p.add_argument("--gate-open", action="store_true",
+                   help="the Argo Rollouts / Flagger gate endpoints take no token (only on an "
+                        "admin listener nothing outside the namespace reaches)")
     add_gate_arguments(p, "promotion gate (GET /admin/gate)")
     p.add_argument("--metrics-path", default="/_vllm_cutover/metrics", metavar="PATH",
                    help="the proxy's own metrics on the client port ('' for admin port only); "
@@ -137,7 +145,9 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         store=StoreConfig(db_path=args.db, retention_rows=args.retention,
                           store_text=args.store_text),
         admin=AdminConfig(host=args.admin_host, port=args.admin_port,
-                          token=args.admin_token or os.environ.get(TOKEN_ENV) or None),
+                          token=args.admin_token or os.environ.get(TOKEN_ENV) or None,
+                          gate_token=args.gate_token or os.environ.get(GATE_TOKEN_ENV) or None,
+                          gate_open=args.gate_open),
         gate=gate_criteria(args),
         max_body_bytes=args.max_body_bytes,
         main_metrics_path=args.metrics_path or None,

@@ -25,7 +25,8 @@ from typing import Any, Literal
 from proxy.compare.stats import LatencySamples, LatencySummary, mann_whitney, ratio, wilson_interval
 from proxy.compare.tally import AdmissionCounts, GateInputs, MatchCounts
 
-__all__ = ["AdmissionCounts", "GateCriteria", "GateInputs", "MatchCounts", "Verdict", "evaluate"]
+__all__ = ["AdmissionCounts", "GateCriteria", "GateInputs", "MatchCounts", "Verdict",
+           "analysis_body", "evaluate"]
 
 VerdictName = Literal["pass", "fail", "inconclusive"]
 _SEVERITY: dict[VerdictName, int] = {"fail": 0, "inconclusive": 1, "pass": 2}
@@ -103,6 +104,12 @@ class Verdict:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
+
+
+def analysis_body(result: dict[str, Any]) -> dict[str, Any]:
+    """A verdict dict with `pass` added: what an Argo Rollouts `web` analysis reads
+    (`successCondition: result.pass == true`)."""
+    return {"pass": result["verdict"] == "pass", **result}
 
 
 @dataclass(frozen=True)

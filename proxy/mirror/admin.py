@@ -31,6 +31,7 @@ from proxy.mirror.app import (
     TASKS_KEY,
 )
 from proxy.mirror.control import MirrorControl
+from proxy.mirror.gate_hooks import FLAGGER_LAST_KEY, add_gate_hooks
 from proxy.mirror.load import LoopLoad
 from proxy.mirror.remote import RemoteMirror, WorkerUnavailable
 from proxy.mirror.route_state import ROUTE_KEYS, routes_from_json
@@ -181,6 +182,7 @@ async def get_stats(request: web.Request) -> web.Response:
         "background_tasks": len(main[TASKS_KEY]),
         "routes": main[ROUTER_KEY].routes.as_json(),
         "proxy_loop": _load_json(mirror.load),
+        "flagger": request.app.get(FLAGGER_LAST_KEY) or None,
     }
     if isinstance(mirror, RemoteMirror):
         link = mirror.link
@@ -228,5 +230,6 @@ def build_admin_app(main_app: web.Application) -> web.Application:
     admin.router.add_get("/admin/stats", get_stats)
     admin.router.add_get("/admin/records", get_records)
     admin.router.add_get("/metrics", get_metrics)
+    add_gate_hooks(admin, main_app)
     add_cutover_routes(admin, lambda request: _main(request).get(CUTOVER_KEY))
     return admin

@@ -130,12 +130,18 @@ class AdminConfig:
     host: str = "127.0.0.1"
     port: int | None = None  # None: no admin listener
     token: str | None = None  # None: mutating and record-reading endpoints refuse
+    # The Argo Rollouts / Flagger gate endpoints take the admin token or this read-only one;
+    # gate_open: they take no token at all (the listener must then be private).
+    gate_token: str | None = None
+    gate_open: bool = False
 
     def __post_init__(self) -> None:
         if self.port is not None and not (0 <= self.port <= 65535):
             raise ConfigError(f"--admin-port must be in 0..65535, got {self.port!r}")
         if self.token is not None and len(self.token) < 8:
             raise ConfigError("the admin token must have at least 8 characters")
+        if self.gate_token is not None and len(self.gate_token) < 8:
+            raise ConfigError("the gate token (--gate-token) must have at least 8 characters")
 
 
 @dataclass(frozen=True)

@@ -266,6 +266,7 @@ class Exchange:
                    "baseline_streamed": meta.stream and self.mirror.config.baseline_stream,
                    "urls": self.routes.urls()},
         )
+        metrics.evidence.observe(record)
         if self.mirror.store is not None:
             self.mirror.store.put(record)
 

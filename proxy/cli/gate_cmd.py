@@ -1,0 +1,122 @@
+"""`vllm-cutover gate`: the promotion verdict as an exit code (Argo Rollouts `job`, CI).
+
+From one sidecar (`--url`, its admin API) or from every sidecar at once through
+Prometheus (`--prometheus`, the fleet verdict). Exit codes: EXIT_CODES.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from typing import Any, NoReturn
+
+from proxy.cli.gate_args import add_gate_arguments, gate_criteria
+from proxy.cli.proxy_cmd import GATE_TOKEN_ENV, TOKEN_ENV
+
+EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 2, "unavailable": 3, "usage": 4}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "gate",
+        help="the promotion verdict as an exit code: one sidecar or the fleet via Prometheus",
+        description=(
+            "Ask one sidecar's gate (--url) or compute the fleet's verdict from every "
+            "sidecar's metrics in Prometheus (--prometheus). Exit 0 pass, 1 fail, "
+            "2 inconclusive, 3 no verdict (unreachable, worker down, token refused, "
+            "Prometheus error), 4 bad arguments. The reasons go to stdout."
+        ),
+    )
+    parser.error = _usage_error
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", metavar="ADMIN_URL",
+                        help="a sidecar's admin URL, e.g. http://sidecar:8001 (asks "
+                             "/admin/gate/analysis; its gate criteria apply)")
+    source.add_argument("--prometheus", metavar="URL",
+                        help="a Prometheus URL, e.g. http://prometheus:9090: the verdict over "
+                             "every sidecar --selector matches, with the criteria below")
+    parser.add_argument("--token", metavar="T",
+                        help=f"bearer token for --url (default: env {GATE_TOKEN_ENV}, then "
+                             f"{TOKEN_ENV}); for --prometheus, sent to Prometheus if given")
+    parser.add_argument("--selector", default='{job="vllm-cutover"}', metavar="SEL",
+                        help="the sidecars' series in Prometheus (default %(default)s)")
+    parser.add_argument("--window", metavar="DURATION",
+                        help="judge the increase over this Prometheus duration (e.g. 30m); "
+                             "default: the counters as they stand (since each sidecar started)")
+    parser.add_argument("--min-targets", type=int, default=1, metavar="N",
+                        help="fewer sidecars scraped (up == 1) than N: at best inconclusive "
+                             "(default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                        help="per HTTP request (default %(default)s)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the verdict as JSON (as /admin/gate/analysis answers)")
+    add_gate_arguments(parser, "criteria for --prometheus (--url uses the sidecar's own)")
+    parser.set_defaults(func=_run)
+
+
+def _usage_error(message: str) -> NoReturn:
+    print(f"vllm-cutover gate: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_CODES["usage"])
+
+
+def _from_sidecar(args: argparse.Namespace) -> dict[str, Any]:
+    """The sidecar's /admin/gate/analysis answer; RuntimeError when there is none."""
+    token = args.token or os.environ.get(GATE_TOKEN_ENV) or os.environ.get(TOKEN_ENV)
+    url = args.url.rstrip("/") + "/admin/gate/analysis"
+    request = urllib.request.Request(
+        url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+            result: dict[str, Any] = json.loads(response.read())
+            return result
+    except urllib.error.HTTPError as exc:
+        detail = exc.read(500).decode("utf-8", "replace")
+        raise RuntimeError(f"{url} answered {exc.code}: {detail}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise RuntimeError(f"cannot ask {url}: {exc}") from None
+
+
+def _from_prometheus(args: argparse.Namespace) -> dict[str, Any]:
+    """The fleet verdict; ValueError for bad arguments, RuntimeError when Prometheus fails."""
+    from proxy.compare.gate import analysis_body
+    from proxy.fleet.prometheus import PrometheusClient, PrometheusUnavailable
+    from proxy.fleet.promql import FleetQueries, parse_selector, parse_window
+    from proxy.fleet.verdict import fleet_verdict, read_evidence
+
+    if args.min_targets < 0:
+        raise ValueError(f"--min-targets must be >= 0, got {args.min_targets!r}")
+    criteria = gate_criteria(args)
+    queries = FleetQueries(parse_selector(args.selector), parse_window(args.window))
+    client = PrometheusClient(args.prometheus, args.timeout, args.token)
+    try:
+        evidence = read_evidence(client, queries)
+    except PrometheusUnavailable as exc:
+        raise RuntimeError(str(exc)) from None
+    return analysis_body(fleet_verdict(evidence, criteria, args.min_targets))
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        result = _from_sidecar(args) if args.url else _from_prometheus(args)
+    except ValueError as exc:
+        print(f"vllm-cutover gate: {exc}", file=sys.stderr)
+        return EXIT_CODES["usage"]
+    except RuntimeError as exc:
+        print(f"vllm-cutover gate: no verdict: {exc}", file=sys.stderr)
+        return EXIT_CODES["unavailable"]
+    verdict = result.get("verdict")
+    if verdict not in ("pass", "fail", "inconclusive"):
+        print(f"vllm-cutover gate: no verdict in the answer: {str(result)[:300]}",
+              file=sys.stderr)
+        return EXIT_CODES["unavailable"]
+    if args.json:
+        print(json.dumps(result, sort_keys=True, default=str))
+    else:
+        print(f"verdict: {verdict} ({result.get('samples', 0)} deterministic requests compared)")
+        for reason in result.get("reasons", []):
+            print(f"  {reason}")
+    return EXIT_CODES[verdict]

@@ -1,0 +1,165 @@
+"""Recording rules and Argo Rollouts `prometheus` analysis metrics that reproduce the gate's
+checks in Prometheus alone (no vllm-cutover binary in the loop).
+
+Written into deploy/kubernetes (PrometheusRule, AnalysisTemplate) and deploy/prometheus
+(a plain rules file) by `python -m proxy.fleet.rules`; a test checks the files match.
+What they cannot do that `vllm-cutover gate` does: latency ratios are judged without the
+Mann-Whitney test (a ratio over its limit fails even when not significant) and output
+lengths are not compared.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from proxy.compare.gate import GateCriteria
+from proxy.fleet.promql import (
+    COMPARISONS,
+    DROPPED,
+    REQUESTS,
+    SAMPLED,
+    SHED_REASONS,
+    TPOT,
+    TTFT,
+    Selector,
+    parse_selector,
+)
+
+# Five measurements two minutes apart after five minutes of evidence; two failed ones fail
+# the run, one inconclusive one makes it Inconclusive (Argo pauses the Rollout for a
+# person): an inconclusive gate never promotes by itself.
+ARGO_SCHEDULE = {"initialDelay": "5m", "interval": "2m", "count": 5, "failureLimit": 1,
+                 "inconclusiveLimit": 0}
+Z_95 = 1.959964  # two-sided 95 % normal quantile, as the gate's default confidence
+P = "vllm_cutover:"
+
+
+def _eq(label: str, value: str) -> str:
+    return f'{label}="{value}"'
+
+
+def recording_rules(selector: Selector, window: str = "30m",
+                    criteria: GateCriteria | None = None) -> list[dict[str, str]]:
+    """One rule group's rules; names end in the window (`...:30m`)."""
+    c = criteria or GateCriteria()
+    w = window
+
+    def inc(name: str, *extra: str) -> str:
+        return f"sum(increase({selector.series(name, *extra)}[{w}]))"
+
+    det = ('deterministic="true"', 'outcome=~"match|diverged"')
+    rules: list[dict[str, str]] = []
+    for side, against in (("new_vs_old", "shadow"), ("old_vs_old", "baseline")):
+        rules += [
+            {"record": f"{P}compared:{side}:{w}",
+             "expr": inc(COMPARISONS, _eq("against", against), *det)},
+            {"record": f"{P}match_rate:{side}:{w}",
+             "expr": "1 - " + inc(COMPARISONS, _eq("against", against), det[0],
+                                  _eq("outcome", "diverged")) + f" / {P}compared:{side}:{w}"},
+        ]
+    p, n, z2 = f"{P}match_rate:new_vs_old:{w}", f"{P}compared:new_vs_old:{w}", Z_95 ** 2
+    centre = f"({p} + {z2:.6f} / (2 * {n}))"
+    half = f"{Z_95} * sqrt({p} * (1 - {p}) / {n} + {z2:.6f} / (4 * {n} ^ 2))"
+    threshold = f"clamp_min({P}match_rate:old_vs_old:{w} - {c.max_excess_divergence:g}, 0)"
+    rules += [
+        {"record": f"{P}match_rate_lower:new_vs_old:{w}",
+         "expr": f"({centre} - {half}) / (1 + {z2:.6f} / {n})"},
+        {"record": f"{P}match_rate_upper:new_vs_old:{w}",
+         "expr": f"({centre} + {half}) / (1 + {z2:.6f} / {n})"},
+        {"record": f"{P}match_threshold:{w}", "expr": threshold},
+        # 1 pass, -1 fail, 0 straddles; no sample: no series (an Argo query gets []).
+        {"record": f"{P}match_check:{w}",
+         "expr": f"((({P}match_rate_lower:new_vs_old:{w} - {P}match_threshold:{w}) >= bool 0)"
+                 f" - (({P}match_rate_upper:new_vs_old:{w} - {P}match_threshold:{w}) < bool 0))"
+                 f" and on() ({n} >= {c.min_samples})"},
+    ]
+    for metric, series in (("ttft", TTFT), ("tpot", TPOT)):
+        for q, stat in ((0.5, "p50"), (0.99, "p99")):
+            def quantile(role: str, q: float = q, series: str = series) -> str:
+                matched = selector.series(series, _eq("role", role))
+                return f"histogram_quantile({q}, sum by (le) (increase({matched}[{w}])))"
+            rules.append({"record": f"{P}{metric}_{stat}_ratio:{w}",
+                          "expr": f"{quantile('shadow')} / {quantile('primary')}"})
+    for version, role in (("new", "shadow"), ("old", "primary")):
+        rules.append({"record": f"{P}error_rate:{version}:{w}",
+                      "expr": inc(REQUESTS, _eq("role", role), _eq("result", "error"))
+                      + " / " + inc(REQUESTS, _eq("role", role))})
+    shed = inc(DROPPED, f'reason=~"{"|".join(SHED_REASONS)}"')
+    # No request shed has no series at all: 0, not an empty result.
+    rules.append({"record": f"{P}coverage:{w}",
+                  "expr": f"1 - ({shed} or vector(0)) / {inc(SAMPLED)}"})
+    return rules
+
+
+def rule_groups(selector: Selector, window: str = "30m", interval: str = "30s",
+                criteria: GateCriteria | None = None) -> dict[str, Any]:
+    return {"groups": [{"name": "vllm-cutover-gate", "interval": interval,
+                        "rules": recording_rules(selector, window, criteria)}]}
+
+
+def argo_metrics(address: str = "{{args.prometheus-address}}", window: str = "30m",
+                 criteria: GateCriteria | None = None) -> list[dict[str, Any]]:
+    """AnalysisTemplate `metrics` over the recorded series; an empty result (no rules, no
+    samples yet) matches neither condition: Inconclusive, never Successful."""
+    c = criteria or GateCriteria()
+    some = "len(result) > 0 && "
+    checks: list[tuple[str, str, str, str | None]] = [
+        ("match-rate", f"{P}match_check:{window}", f"{some}result[0] == 1",
+         f"{some}result[0] == -1")]
+    for name, limit in (("ttft_p50", c.max_ttft_p50_ratio), ("tpot_p50", c.max_tpot_p50_ratio)):
+        if limit is not None:
+            checks.append((name.replace("_", "-") + "-ratio", f"{P}{name}_ratio:{window}",
+                           f"{some}result[0] <= {limit:g}", f"{some}result[0] > {limit:g}"))
+    checks += [
+        ("error-rate", f"{P}error_rate:new:{window} - {P}error_rate:old:{window}",
+         f"{some}result[0] <= {c.max_error_rate_excess:g}",
+         f"{some}result[0] > {c.max_error_rate_excess:g}"),
+        ("coverage", f"{P}coverage:{window}", f"{some}result[0] >= {c.min_coverage:g}", None)]
+    metrics = []
+    for name, query, success, failure in checks:
+        metric: dict[str, Any] = {"name": name, **ARGO_SCHEDULE, "successCondition": success}
+        if failure is not None:
+            metric["failureCondition"] = failure
+        metric["provider"] = {"prometheus": {"address": address, "query": query}}
+        metrics.append(metric)
+    return metrics
+
+
+HEADER = "# Generated by `python -m proxy.fleet.rules` from proxy/fleet/rules.py: edit there.\n"
+PROMETHEUS_ADDRESS = "http://prometheus-operated.monitoring.svc:9090"
+
+
+def rendered_files() -> dict[str, str]:
+    """Repository path -> text of every generated file."""
+    import yaml
+
+    def dump(data: Any) -> str:
+        return HEADER + yaml.safe_dump(data, sort_keys=False, width=10_000)
+
+    groups = rule_groups(parse_selector('{job="vllm-cutover"}'))
+    template = {
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisTemplate",
+        "metadata": {"name": "vllm-cutover-gate-prometheus"},
+        "spec": {"args": [{"name": "prometheus-address", "value": PROMETHEUS_ADDRESS}],
+                 "metrics": argo_metrics()}}
+    rule = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+            "metadata": {"name": "vllm-cutover-gate",
+                         "labels": {"app.kubernetes.io/name": "vllm-cutover"}},
+            "spec": groups}
+    return {"deploy/prometheus/vllm-cutover-rules.yml": dump(groups),
+            "deploy/kubernetes/base/recording-rules.yaml": dump(rule),
+            "deploy/kubernetes/argo-rollouts/analysis-prometheus.yaml": dump(template)}
+
+
+def main() -> None:
+    from pathlib import Path
+
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd()
+    for path, text in rendered_files().items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""The gate in the forms Argo Rollouts and Flagger call (admin listener).
+
+- `GET|POST /admin/gate/analysis`: Argo Rollouts' `web` provider. Always 200 with JSON
+  (`verdict`, `pass`, `reasons`, `samples`, ...) while a verdict exists, so
+  `successCondition: result.pass == true` and `failureCondition: result.verdict == "fail"`
+  judge it; Argo counts any non-2xx as an Error, so only "no verdict can be computed"
+  (capture worker down: 503) and a refused token (401) are non-2xx.
+- `POST /admin/gate/flagger`: a Flagger `confirm-promotion` / `pre-rollout` / `rollout`
+  webhook. Flagger's body is read and checked, its phase kept for `/admin/stats`; 200 on
+  pass, 409 otherwise (Flagger: above 202 fails the check).
+- `POST /admin/gate/flagger/rollback`: Flagger's `rollback` hook, inverted: 200 only when
+  the verdict is fail (Flagger then rolls back), 409 on pass or inconclusive.
+
+Tokens: none with `--gate-open`; otherwise `Authorization: Bearer` with the admin token
+or the read-only `--gate-token`. Flagger cannot send headers, so its hooks may carry the
+token as `metadata.token` in the Canary's webhook spec.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+
+from proxy.compare.gate import analysis_body
+from proxy.mirror.app import CONFIG_KEY, EVIDENCE_KEY
+from proxy.mirror.remote import WorkerUnavailable
+
+log = logging.getLogger(__name__)
+
+FLAGGER_KEYS = {"name", "namespace", "phase", "checksum", "metadata"}
+FLAGGER_PHASES = {"Initializing", "Initialized", "Waiting", "Progressing", "WaitingPromotion",
+                  "Promoting", "Finalising", "Succeeded", "Failed", "Terminating",
+                  "Terminated"}
+FLAGGER_LAST_KEY = web.AppKey("flagger_last", dict)
+
+
+def _json(data: Any, status: int) -> web.Response:
+    return web.Response(status=status, text=json.dumps(data, default=str),
+                        content_type="application/json")
+
+
+def _denied(request: web.Request, main: web.Application,
+            body_token: str | None = None) -> web.Response | None:
+    admin = main[CONFIG_KEY].admin
+    if admin.gate_open:
+        return None
+    accepted = [t for t in (admin.token, admin.gate_token) if t]
+    if not accepted:
+        return _json({"error": {"message": "no admin or gate token configured (--admin-token, "
+                                "--gate-token) and no --gate-open: the gate hooks are off",
+                                "type": "vllm_cutover_admin_error"}}, 401)
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    sent = [value.strip()] if scheme.lower() == "bearer" else []
+    sent += [body_token] if body_token else []
+    if any(hmac.compare_digest(s.encode(), t.encode()) for s in sent for t in accepted):
+        return None
+    return _json({"error": {"message": "missing or wrong bearer token (or metadata.token)",
+                            "type": "vllm_cutover_admin_error"}}, 401)
+
+
+async def _verdict(main: web.Application) -> dict[str, Any] | web.Response:
+    try:
+        result: dict[str, Any] = await main[EVIDENCE_KEY].gate()
+    except WorkerUnavailable as exc:
+        return _json({"error": {"message": f"{exc}; no verdict can be computed now",
+                                "type": "vllm_cutover_admin_error"}}, 503)
+    return result
+
+
+async def analysis(request: web.Request, main: web.Application) -> web.Response:
+    if (denied := _denied(request, main)) is not None:
+        return denied
+    result = await _verdict(main)
+    if isinstance(result, web.Response):
+        return result
+    return _json(analysis_body(result), 200)
+
+
+def parse_flagger(body: Any) -> dict[str, Any]:
+    """Flagger's webhook payload, checked; ValueError quoting what is wrong."""
+    if not isinstance(body, dict) or not {"name", "namespace"} <= set(body):
+        raise ValueError("expected Flagger's webhook body {\"name\", \"namespace\", \"phase\", "
+                         f"\"checksum\", \"metadata\"}}, got {str(body)[:200]!r}")
+    unknown = set(body) - FLAGGER_KEYS
+    if unknown:
+        raise ValueError(f"unexpected keys {sorted(unknown)} in a Flagger webhook body")
+    for key in ("name", "namespace", "phase", "checksum"):
+        if key in body and not isinstance(body[key], str):
+            raise ValueError(f"{key} must be a string, got {body[key]!r}")
+    if body.get("phase") is not None and body["phase"] not in FLAGGER_PHASES:
+        raise ValueError(f"unknown Flagger phase {body['phase']!r}")
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ValueError(f"metadata must map names to strings, got {str(metadata)[:200]!r}")
+    return {**body, "metadata": metadata}
+
+
+async def flagger(request: web.Request, main: web.Application, hook: str,
+                  last: dict[str, Any]) -> web.Response:
+    try:
+        payload = parse_flagger(await request.json())
+    except ValueError as exc:  # JSON errors included
+        return _json({"error": {"message": str(exc), "type": "vllm_cutover_admin_error"}}, 400)
+    if (denied := _denied(request, main, payload["metadata"].get("token"))) is not None:
+        return denied
+    seen = {k: payload.get(k) for k in ("name", "namespace", "phase", "checksum")}
+    last.update({**seen, "hook": hook, "t_unix": time.time()})
+    log.info("Flagger %s hook: canary %s/%s phase %s (metadata keys: %s)", hook,
+             seen["namespace"], seen["name"], seen["phase"],
+             ",".join(sorted(payload["metadata"])) or "-")
+    result = await _verdict(main)
+    if isinstance(result, web.Response):
+        return result
+    wanted = "fail" if hook == "rollback" else "pass"
+    return _json(analysis_body(result), 200 if result["verdict"] == wanted else 409)
+
+
+def add_gate_hooks(admin: web.Application, main: web.Application) -> None:
+    """Register the Argo Rollouts and Flagger forms of the gate on the admin app."""
+    last: dict[str, Any] = {}
+    admin[FLAGGER_LAST_KEY] = last  # the last Flagger call, shown in /admin/stats
+
+    async def argo(request: web.Request) -> web.Response:
+        return await analysis(request, main)
+
+    async def promote(request: web.Request) -> web.Response:
+        return await flagger(request, main, "gate", last)
+
+    async def rollback(request: web.Request) -> web.Response:
+        return await flagger(request, main, "rollback", last)
+
+    admin.router.add_get("/admin/gate/analysis", argo)
+    admin.router.add_post("/admin/gate/analysis", argo)
+    admin.router.add_post("/admin/gate/flagger", promote)
+    admin.router.add_post("/admin/gate/flagger/rollback", rollback)

@@ -1,0 +1,33 @@
+"""`vllm-cutover gate`: bad arguments exit 4 with the value quoted; no verdict exits 3.
+(Exit 0/1/2 per verdict: tests/mirror/test_gate_hooks.py and tests/fleet.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.cli import main
+from proxy.cli.gate_cmd import EXIT_CODES
+from tests.e2e.servers import free_port
+
+
+@pytest.mark.parametrize(("argv", "quoted"), [
+    ([], "one of the arguments --url --prometheus is required"),
+    (["--prometheus", "http://p:9090", "--selector", "job=x"], "'job=x'"),
+    (["--prometheus", "http://p:9090", "--window", "5x"], "'5x'"),
+    (["--prometheus", "http://p:9090", "--min-targets", "-1"], "-1"),
+    (["--prometheus", "ftp://p"], "'ftp://p'"),
+    (["--prometheus", "http://p:9090", "--gate-min-samples", "0"], "0"),
+    (["--url", "http://a", "--prometheus", "http://b"], "not allowed with"),
+])
+def test_bad_arguments_exit_4(argv, quoted, capsys):
+    with pytest.raises(SystemExit) as exited:
+        raise SystemExit(main(["gate", *argv]))
+    assert exited.value.code == EXIT_CODES["usage"] == 4
+    assert quoted in capsys.readouterr().err
+
+
+def test_unreachable_exits_3(capsys):
+    dead = f"http://127.0.0.1:{free_port()}"
+    assert main(["gate", "--url", dead]) == 3
+    assert main(["gate", "--prometheus", dead]) == 3
+    assert "no verdict" in capsys.readouterr().err

@@ -1,0 +1,96 @@
+"""The fleet verdict from summed metrics (unit: a stub in place of Prometheus)."""
+
+from __future__ import annotations
+
+import random
+
+from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts
+from proxy.compare.stats import percentile
+from proxy.evidence_metrics import TIME_BUCKETS_S
+from proxy.fleet.prometheus import Sample
+from proxy.fleet.promql import FleetQueries, parse_selector
+from proxy.fleet.verdict import FleetEvidence, fleet_verdict, histogram_samples, read_evidence
+
+CRITERIA = GateCriteria(min_samples=10, max_ttft_p50_ratio=None, max_ttft_p99_ratio=None,
+                        max_tpot_p50_ratio=None, max_tpot_p99_ratio=None, max_length_shift=None)
+
+
+def _cumulative(values: list[float]) -> list[tuple[float, float]]:
+    return [(b, sum(v <= b for v in values)) for b in TIME_BUCKETS_S] + \
+        [(float("inf"), len(values))]
+
+
+def test_histogram_samples_keep_counts_and_percentiles():
+    rng = random.Random(7)
+    values = [rng.lognormvariate(-3, 0.6) for _ in range(3000)]
+    samples = histogram_samples(_cumulative(values))
+    assert len(samples) == len(values)
+    for q in (50, 99):
+        truth = percentile(values, q)
+        assert truth is not None
+        assert abs(percentile(samples, q) - truth) / truth < 0.06  # a bucket is 12 % wide
+    capped = histogram_samples(_cumulative(values), cap=300)
+    assert 290 <= len(capped) <= 310  # scaled per bucket, rounded
+
+
+def test_histogram_samples_edges():
+    assert histogram_samples([]) == ()
+    # +Inf bucket: at the last finite bound; lengths are whole tokens inside their bucket.
+    assert histogram_samples([(1, 0), (2, 3), (3, 3), (float("inf"), 4)], integer=True) == \
+        (2.0, 2.0, 2.0, 3.0)
+    # increase() estimates may dip: never a negative count.
+    assert len(histogram_samples([(1, 5.2), (2, 4.9), (float("inf"), 6.1)])) == 6
+
+
+def _evidence(up: tuple[str, ...], down: tuple[str, ...], compared: int,
+              diverged: int) -> FleetEvidence:
+    inputs = GateInputs(new_vs_old=MatchCounts(compared, diverged),
+                        requests={"primary": compared, "shadow": compared})
+    return FleetEvidence(up, down, inputs)
+
+
+def test_a_partial_or_empty_scrape_is_never_a_pass():
+    assert fleet_verdict(_evidence(("a", "b"), (), 100, 0), CRITERIA)["verdict"] == "pass"
+    partial = fleet_verdict(_evidence(("a",), ("b:8001",), 100, 0), CRITERIA)
+    assert partial["verdict"] == "inconclusive"
+    assert partial["reasons"][0].startswith("inconclusive: 1 of 2 sidecars not scraped")
+    assert "b:8001" in partial["reasons"][0]
+    few = fleet_verdict(_evidence(("a",), (), 100, 0), CRITERIA, min_targets=3)
+    assert few["verdict"] == "inconclusive"
+    empty = fleet_verdict(_evidence((), (), 0, 0), CRITERIA)
+    assert empty["verdict"] == "inconclusive"
+    # What the sidecars that answered show still fails.
+    assert fleet_verdict(_evidence(("a",), ("b",), 100, 90), CRITERIA)["verdict"] == "fail"
+
+
+class _Stub:
+    """Answers each query by the metric name it mentions."""
+
+    def __init__(self, answers: dict[str, list[Sample]]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+    def query(self, promql: str) -> list[Sample]:
+        self.asked.append(promql)
+        return next((v for k, v in self.answers.items() if k in promql), [])
+
+
+def test_read_evidence_sums_into_gate_inputs():
+    stub = _Stub({
+        "up{": [Sample({"instance": "a"}, 1), Sample({"instance": "b"}, 0)],
+        "comparisons": [Sample({"against": "shadow", "outcome": "match"}, 40.4),
+                        Sample({"against": "shadow", "outcome": "diverged"}, 2),
+                        Sample({"against": "baseline", "outcome": "match"}, 42)],
+        "requests_total": [Sample({"role": "shadow", "result": "ok"}, 41),
+                           Sample({"role": "shadow", "result": "error"}, 1)],
+        "sampled": [Sample({}, 50)],
+        "dropped": [Sample({"reason": "overload"}, 8)],
+    })
+    evidence = read_evidence(stub, FleetQueries(parse_selector('{job="j"}')))  # type: ignore[arg-type]
+    assert evidence.targets_up == ("a",) and evidence.targets_down == ("b",)
+    assert evidence.inputs.new_vs_old == MatchCounts(42, 2)
+    assert evidence.inputs.baseline_vs_old == MatchCounts(42, 0)
+    assert evidence.inputs.requests == {"shadow": 42} and evidence.inputs.errors == {"shadow": 1}
+    assert evidence.inputs.admission is not None
+    assert (evidence.inputs.admission.eligible, evidence.inputs.admission.mirrored) == (50, 42)
+    assert all('job="j"' in q for q in stub.asked)
