@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import json
 import logging
+import os
 import sqlite3
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -61,7 +63,13 @@ CREATE INDEX IF NOT EXISTS exchange_started ON exchange (started_unix);
 CREATE TABLE IF NOT EXISTS admission (
     t_unix REAL NOT NULL, primary_url TEXT NOT NULL, shadow_url TEXT NOT NULL,
     outcome TEXT NOT NULL, count INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+# The prompt and completion hashes are HMAC-SHA256 under a key made with the database
+# (in `meta`): equal texts still have equal hashes inside one database, but a guessed
+# text cannot be confirmed with a plain sha256. A database from before the key keeps its
+# older rows' plain sha256; `meta` says from which exchange id the hashes are keyed.
+_HASH_KEY, _KEYED_FROM = "hash_key", "hash_keyed_from_id"
 
 
 def _opt_bool(value: bool | None) -> int | None:
@@ -80,6 +88,7 @@ class SqliteStore:
         self.path = path
         self.retention_rows = retention_rows
         self.store_text = store_text
+        self.readonly = readonly and path != ":memory:"
         if readonly and path != ":memory:":
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         else:
@@ -87,6 +96,32 @@ class SqliteStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+        self._hash_key, self.keyed_from_id = self._hashing()
+
+    def _hashing(self) -> tuple[bytes | None, int | None]:
+        """(the database's hash key, the first exchange id hashed with it); made once."""
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                            " AND name = 'meta'").fetchone() is None:
+            return None, None  # an old database opened read-only: plain sha256 throughout
+        with self._db:
+            rows = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+            if _HASH_KEY not in rows and not self.readonly:
+                seq = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = "
+                                       "'exchange'").fetchone()
+                rows = {_HASH_KEY: os.urandom(32).hex(), _KEYED_FROM: str((seq or [0])[0] + 1)}
+                self._db.executemany("INSERT INTO meta VALUES (?, ?)", rows.items())
+        if _HASH_KEY not in rows:
+            return None, None
+        return bytes.fromhex(rows[_HASH_KEY]), int(rows[_KEYED_FROM])
+
+    def text_hash(self, text: str) -> str:
+        """The stored hash of `text` (HMAC-SHA256 under this database's key)."""
+        return self._keyed(hashlib.sha256(text.encode("utf-8", "replace")).digest())
+
+    def _keyed(self, digest: bytes) -> str:
+        if self._hash_key is None:
+            return digest.hex()
+        return hmac.new(self._hash_key, digest, hashlib.sha256).hexdigest()
 
     def close(self) -> None:
         self._db.close()
@@ -105,7 +140,8 @@ class SqliteStore:
             " prompt_sha256, prompt_chars, max_tokens, n, logprobs_k, extra)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (record.request_id, record.started_unix, meta.endpoint, int(meta.stream),
-             int(meta.deterministic), meta.prompt_sha256, meta.prompt_chars, meta.max_tokens,
+             int(meta.deterministic), self._keyed(bytes.fromhex(meta.prompt_sha256)),
+             meta.prompt_chars, meta.max_tokens,
              meta.n, meta.logprobs_k, json.dumps(record.extra, default=str)))
         exchange_id = cur.lastrowid
         self._db.executemany(
@@ -124,7 +160,7 @@ class SqliteStore:
             token_ids = array("q", c.token_ids).tobytes()
         return (exchange_id, c.role, c.backend, c.status, c.ttft_s, c.e2e_s,
                 array("f", c.itl_s).tobytes(), c.output_tokens, c.finish_reason,
-                hashlib.sha256(c.text.encode("utf-8", "replace")).hexdigest(), len(c.text),
+                self.text_hash(c.text), len(c.text),
                 c.text if keep else None, token_ids, c.error, int(c.cancelled))
 
     def _prune(self) -> None:
@@ -192,14 +228,15 @@ class SqliteStore:
             out.setdefault(row[0], []).append(row)
         return out
 
-    @staticmethod
-    def _record(row: tuple[Any, ...], capture_rows: list[tuple[Any, ...]],
+    def _record(self, row: tuple[Any, ...], capture_rows: list[tuple[Any, ...]],
                 comparison_rows: list[tuple[Any, ...]]) -> ExchangeRecord:
         (row_id, request_id, started, endpoint, stream, det, sha, chars, max_tokens, n,
          logprobs_k, extra_json) = row
         extra = json.loads(extra_json)
         extra["id"] = row_id
         text_info: dict[str, dict[str, Any]] = {}
+        keyed = self.keyed_from_id is not None and row_id >= self.keyed_from_id
+        hash_kind = "hmac_sha256" if keyed else "sha256"
         captures = []
         for c in capture_rows:
             itl = array("f")
@@ -209,7 +246,7 @@ class SqliteStore:
                 packed = array("q")
                 packed.frombytes(c[12])
                 ids = tuple(packed)
-            text_info[c[1]] = {"sha256": c[9], "chars": c[10]}
+            text_info[c[1]] = {hash_kind: c[9], "chars": c[10]}
             captures.append(Capture(
                 role=c[1], backend=c[2], status=c[3], ttft_s=c[4], itl_s=tuple(itl),
                 e2e_s=c[5], output_tokens=c[7], finish_reason=c[8], text=c[11] or "",
