@@ -47,8 +47,8 @@ def test_an_older_database_keeps_its_plain_hashes_and_says_which_are_keyed(tmp_p
         db.execute("DROP TABLE meta")
         db.execute("UPDATE capture SET text_sha256 = ?", (plain,))
     old_view = SqliteStore(path, readonly=True)
-    assert list(old_view.records())[0].extra["text"]["primary"] == {"sha256": plain,
-                                                                   "chars": 17}
+    (before,) = list(old_view.records())
+    assert before.extra["text"]["primary"] == {"sha256": plain, "chars": 17}
     store = SqliteStore(path)  # opened for writing: keyed from the next exchange on
     store.write([replace(_record(2), request_id="r2")])
     old, new = list(store.records())
