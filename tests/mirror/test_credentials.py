@@ -96,3 +96,20 @@ async def test_basic_auth_goes_upstream_and_the_password_nowhere_else(
     assert stat.S_IMODE(os.stat(state).st_mode) == 0o600
     saved = json.loads(Path(state).read_text(encoding="utf-8"))["routes"]
     assert (saved["primary"], saved["shadow"]) == (b_auth, a_auth)  # a restart keeps them
+
+
+async def test_the_cutover_works_with_the_urls_as_configured(backend, proxy, make_config):
+    from proxy.cutover.control import EvidenceWindow
+    from proxy.mirror.app import CONTROL_KEY
+
+    a, b = await backend(), await backend()
+    b_auth = _with_user(b.url, "new")
+    client = await proxy(make_config(a.url, None))
+    control = client.app[CONTROL_KEY]
+    view = control.set_routes(a.url, b_auth, None, None)
+    # The cutover compares the routes with the URLs it was given and sets them back.
+    assert (view.primary, view.shadow) == (a.url, b_auth)
+    assert set(control.inflight()) == {a.url, b_auth}
+    assert control.swap().primary == b_auth
+    # Its evidence is matched against records, which name backends without credentials.
+    assert EvidenceWindow(0.0, a.url, b_auth).new_url == b.url
