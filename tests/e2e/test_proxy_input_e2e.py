@@ -8,6 +8,7 @@ served, and idle connections per client IP are capped.
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import sqlite3
@@ -17,19 +18,28 @@ from collections.abc import Iterator
 import pytest
 
 from proxy.demo.processes import Child, sim_ready, spawn_sim
-from tests.e2e.proxy_fixtures import RunningProxy, http_request, start_proxy, wait_for
+from tests.e2e.proxy_fixtures import (
+    RunningProxy,
+    fold_stream,
+    http_request,
+    sse_events,
+    start_proxy,
+    wait_for,
+)
 from tests.e2e.servers import HOST
 
 pytestmark = pytest.mark.e2e
 HEADER_TIMEOUT_S = 3.0
 MAX_IDLE = 24
 MAX_BODY = 4096
+ITL_MS = 20
 
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
     logs = tmp_path_factory.mktemp("sims")
-    started = {name: spawn_sim(["--version", name], logs / f"{name}.log")
+    started = {name: spawn_sim(["--version", name, "--itl-ms", str(ITL_MS),
+                                "--natural-tokens", "1000:1000"], logs / f"{name}.log")
                for name in ("old", "new", "old2")}
     sims: dict[str, Child] = {n: sim_ready(n, p, logs / f"{n}.log") for n, p in started.items()}
     try:
@@ -168,3 +178,23 @@ def test_idle_connections_per_client_are_capped(proxy):
     finally:
         for sock in idle:
             sock.close()
+
+
+def test_a_stream_longer_than_the_header_timeout_is_not_cut(proxy):
+    port = int(proxy.url.rsplit(":", 1)[1])
+    conn = http.client.HTTPConnection(HOST, port, timeout=60)
+    tokens = int(HEADER_TIMEOUT_S * 1.5 * 1000 / ITL_MS)
+    try:
+        conn.request("POST", "/v1/completions", headers={"Content-Type": "application/json"},
+                     body=json.dumps({"model": "sim-model", "prompt": "long", "stream": True,
+                                      "max_tokens": tokens}))
+        started = time.monotonic()
+        resp = conn.getresponse()
+        folded = fold_stream(sse_events(resp.read()))
+        assert resp.status == 200 and time.monotonic() - started > HEADER_TIMEOUT_S
+        assert folded["choices"][0]["finish_reason"] == "length"
+        conn.request("GET", "/v1/models")  # the same connection: its timer started again
+        again = conn.getresponse()
+        assert again.status == 200 and again.read()
+    finally:
+        conn.close()
