@@ -12,11 +12,8 @@ gate and the report know what share of the traffic the records stand for.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
-import os
 import sqlite3
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +33,7 @@ from proxy.compare.stats import LatencySamples
 from proxy.compare.tally import AdmissionRow
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
 from proxy.cutover.control import EvidenceWindow
+from proxy.record_hash import META_TABLE, RecordHasher
 
 __all__ = ["LatencySamples", "PairCounts", "RecordStore", "RoleCounts", "SqliteStore",
            "StoreAggregates"]
@@ -63,13 +61,7 @@ CREATE INDEX IF NOT EXISTS exchange_started ON exchange (started_unix);
 CREATE TABLE IF NOT EXISTS admission (
     t_unix REAL NOT NULL, primary_url TEXT NOT NULL, shadow_url TEXT NOT NULL,
     outcome TEXT NOT NULL, count INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
-# The prompt and completion hashes are HMAC-SHA256 under a key made with the database
-# (in `meta`): equal texts still have equal hashes inside one database, but a guessed
-# text cannot be confirmed with a plain sha256. A database from before the key keeps its
-# older rows' plain sha256; `meta` says from which exchange id the hashes are keyed.
-_HASH_KEY, _KEYED_FROM = "hash_key", "hash_keyed_from_id"
 
 
 def _opt_bool(value: bool | None) -> int | None:
@@ -89,39 +81,15 @@ class SqliteStore:
         self.retention_rows = retention_rows
         self.store_text = store_text
         self.readonly = readonly and path != ":memory:"
-        if readonly and path != ":memory:":
+        if self.readonly:
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         else:
             self._db = sqlite3.connect(path, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-        self._hash_key, self.keyed_from_id = self._hashing()
-
-    def _hashing(self) -> tuple[bytes | None, int | None]:
-        """(the database's hash key, the first exchange id hashed with it); made once."""
-        if self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
-                            " AND name = 'meta'").fetchone() is None:
-            return None, None  # an old database opened read-only: plain sha256 throughout
-        with self._db:
-            rows = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
-            if _HASH_KEY not in rows and not self.readonly:
-                seq = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = "
-                                       "'exchange'").fetchone()
-                rows = {_HASH_KEY: os.urandom(32).hex(), _KEYED_FROM: str((seq or [0])[0] + 1)}
-                self._db.executemany("INSERT INTO meta VALUES (?, ?)", rows.items())
-        if _HASH_KEY not in rows:
-            return None, None
-        return bytes.fromhex(rows[_HASH_KEY]), int(rows[_KEYED_FROM])
-
-    def text_hash(self, text: str) -> str:
-        """The stored hash of `text` (HMAC-SHA256 under this database's key)."""
-        return self._keyed(hashlib.sha256(text.encode("utf-8", "replace")).digest())
-
-    def _keyed(self, digest: bytes) -> str:
-        if self._hash_key is None:
-            return digest.hex()
-        return hmac.new(self._hash_key, digest, hashlib.sha256).hexdigest()
+            self._db.executescript(_SCHEMA + META_TABLE)
+        # Hashes of prompts and completions: keyed per database (proxy.record_hash).
+        self.hasher = RecordHasher.open(self._db, writable=not self.readonly)
 
     def close(self) -> None:
         self._db.close()
@@ -140,7 +108,7 @@ class SqliteStore:
             " prompt_sha256, prompt_chars, max_tokens, n, logprobs_k, extra)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (record.request_id, record.started_unix, meta.endpoint, int(meta.stream),
-             int(meta.deterministic), self._keyed(bytes.fromhex(meta.prompt_sha256)),
+             int(meta.deterministic), self.hasher.prompt(meta.prompt_sha256),
              meta.prompt_chars, meta.max_tokens,
              meta.n, meta.logprobs_k, json.dumps(record.extra, default=str)))
         exchange_id = cur.lastrowid
@@ -160,7 +128,7 @@ class SqliteStore:
             token_ids = array("q", c.token_ids).tobytes()
         return (exchange_id, c.role, c.backend, c.status, c.ttft_s, c.e2e_s,
                 array("f", c.itl_s).tobytes(), c.output_tokens, c.finish_reason,
-                self.text_hash(c.text), len(c.text),
+                self.hasher.text(c.text), len(c.text),
                 c.text if keep else None, token_ids, c.error, int(c.cancelled))
 
     def _prune(self) -> None:
@@ -235,8 +203,7 @@ class SqliteStore:
         extra = json.loads(extra_json)
         extra["id"] = row_id
         text_info: dict[str, dict[str, Any]] = {}
-        keyed = self.keyed_from_id is not None and row_id >= self.keyed_from_id
-        hash_kind = "hmac_sha256" if keyed else "sha256"
+        hash_kind = self.hasher.kind(row_id)
         captures = []
         for c in capture_rows:
             itl = array("f")

@@ -32,7 +32,7 @@ def test_a_guessed_completion_cannot_be_confirmed_but_equality_holds(tmp_path):
     assert len(set(texts_a)) == 1 and len(set(prompts_a)) == 1  # equal within a database
     assert set(texts_a).isdisjoint(texts_b) and set(prompts_a).isdisjoint(prompts_b)
     reopened = SqliteStore(paths[0], readonly=True)
-    assert reopened.text_hash(COMPLETION) == texts_a[0]  # the key is kept in the database
+    assert reopened.hasher.text(COMPLETION) == texts_a[0]  # the key is kept in the database
     (first, _) = list(reopened.records())
     assert first.extra["text"]["primary"] == {"hmac_sha256": texts_a[0], "chars": 17}
 
