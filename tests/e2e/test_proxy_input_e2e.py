@@ -29,7 +29,7 @@ from tests.e2e.proxy_fixtures import (
 from tests.e2e.servers import HOST
 
 pytestmark = pytest.mark.e2e
-HEADER_TIMEOUT_S = 3.0
+HEADER_TIMEOUT_S = 5.0
 MAX_IDLE = 24
 MAX_BODY = 4096
 ITL_MS = 20
@@ -140,12 +140,12 @@ def test_slowloris_is_closed_by_the_header_timeout_while_clients_are_served(prox
     opened = time.monotonic()
     for sock in slow:
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
-    served = 0
+    served_meanwhile = 0
     closed_at: dict[int, float] = {}
     while len(closed_at) < len(slow) and time.monotonic() - opened < HEADER_TIMEOUT_S + 20:
         answer = http_request("GET", proxy.url + "/v1/models", timeout_s=10)
         assert answer.status == 200, answer
-        served += 1
+        served_meanwhile += not closed_at
         for i, sock in enumerate(slow):
             if i in closed_at:
                 continue
@@ -162,17 +162,19 @@ def test_slowloris_is_closed_by_the_header_timeout_while_clients_are_served(prox
         sock.close()
     assert len(closed_at) == len(slow), f"still open after {HEADER_TIMEOUT_S + 20} s"
     assert min(closed_at.values()) >= HEADER_TIMEOUT_S * 0.9, closed_at
-    assert served >= 5
+    assert served_meanwhile >= 1
 
 
 def test_idle_connections_per_client_are_capped(proxy):
+    opened = time.monotonic()
     idle = [_connect(proxy) for _ in range(MAX_IDLE + 10)]
     try:
         answer = http_request("GET", proxy.url + "/v1/models")  # the loop has seen them all
         assert answer.status == 200
         # The oldest idle ones were closed at once (long before the header timeout).
+        left_s = opened + HEADER_TIMEOUT_S * 0.8 - time.monotonic()
         states = wait_for(lambda: s if sum(s := [_closed(c) for c in idle]) >= 10 else None,
-                          HEADER_TIMEOUT_S * 0.8, "the oldest idle connections closed")
+                          left_s, "the oldest idle connections closed", every_s=0.05)
         assert all(states[:10]), states
         assert sum(states) <= 11  # the newest stay (the request above used one idle slot)
     finally:
@@ -183,7 +185,7 @@ def test_idle_connections_per_client_are_capped(proxy):
 def test_a_stream_longer_than_the_header_timeout_is_not_cut(proxy):
     port = int(proxy.url.rsplit(":", 1)[1])
     conn = http.client.HTTPConnection(HOST, port, timeout=60)
-    tokens = int(HEADER_TIMEOUT_S * 1.5 * 1000 / ITL_MS)
+    tokens = int(HEADER_TIMEOUT_S * 1.2 * 1000 / ITL_MS)
     try:
         conn.request("POST", "/v1/completions", headers={"Content-Type": "application/json"},
                      body=json.dumps({"model": "sim-model", "prompt": "long", "stream": True,
