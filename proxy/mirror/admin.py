@@ -31,6 +31,7 @@ from proxy.mirror.app import (
     TASKS_KEY,
 )
 from proxy.mirror.control import MirrorControl, redacted_view
+from proxy.mirror.listener import track_requests
 from proxy.mirror.load import LoopLoad
 from proxy.mirror.remote import RemoteMirror, WorkerUnavailable
 from proxy.mirror.route_state import ROUTE_KEYS, routes_from_json
@@ -219,7 +220,7 @@ async def get_metrics(request: web.Request) -> web.Response:
 
 def build_admin_app(main_app: web.Application) -> web.Application:
     """The admin application; it reads and changes the state of `main_app`."""
-    admin = web.Application(client_max_size=1024 * 1024)
+    admin = web.Application(client_max_size=1024 * 1024, middlewares=[track_requests])
     admin[MAIN_APP_KEY] = main_app
     admin[METRICS_KEY] = main_app[METRICS_KEY]
     admin.router.add_get("/admin/routes", get_routes)

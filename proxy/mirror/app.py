@@ -32,7 +32,7 @@ from proxy.mirror.config import ProxyConfig
 from proxy.mirror.control import MirrorControl
 from proxy.mirror.evidence import Evidence, LocalEvidence, WorkerEvidence
 from proxy.mirror.exchange import Mirror
-from proxy.mirror.listener import HEAD_LIMITS, RateLimitedLog
+from proxy.mirror.listener import HEAD_LIMITS, GuardedRequestHandler, RateLimitedLog
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
 from proxy.mirror.remote import RemoteMirror
 from proxy.mirror.route_state import restore_routes, route_persister
@@ -61,6 +61,17 @@ REFUSALS_KEY = web.AppKey("refusals", RateLimitedLog)  # bad input: one log line
 
 async def handle(request: web.Request) -> web.StreamResponse:
     """Relay any request to the primary; mirror sampled generation requests."""
+    protocol = request.protocol
+    if not isinstance(protocol, GuardedRequestHandler):
+        return await _relay_request(request)
+    protocol.request_started()  # not idle: the per-client idle cap leaves it be
+    try:
+        return await _relay_request(request)
+    finally:
+        protocol.request_finished()
+
+
+async def _relay_request(request: web.Request) -> web.StreamResponse:
     app = request.app
     metrics = app[METRICS_KEY]
     endpoint = endpoint_for_path(request.path) if request.method == "POST" else None

@@ -124,7 +124,8 @@ class GuardedRequestHandler(RequestHandler):
 
 @web.middleware
 async def track_requests(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Marks the connection busy while a request is handled (idle again after)."""
+    """Marks the connection busy while a request is handled (idle again after); the
+    admin app's (the client app's handler does the same without a middleware's cost)."""
     protocol = request.protocol
     if not isinstance(protocol, GuardedRequestHandler):
         return await handler(request)

@@ -21,14 +21,13 @@ from proxy.mirror.admin import build_admin_app
 from proxy.mirror.app import ROUTER_KEY, build_app
 from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig
-from proxy.mirror.listener import HEAD_LIMITS, ClientGuard, GuardedSite, track_requests
+from proxy.mirror.listener import HEAD_LIMITS, ClientGuard, GuardedSite
 
 log = logging.getLogger(__name__)
 
 
 async def _start(app: web.Application, host: str, port: int,
                  config: ProxyConfig) -> tuple[web.AppRunner, int]:
-    app.middlewares.append(track_requests)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
                            shutdown_timeout=config.drain_timeout_s)
     await runner.setup()

@@ -192,7 +192,12 @@ def test_a_stream_longer_than_the_header_timeout_is_not_cut(proxy):
                                       "max_tokens": tokens}))
         started = time.monotonic()
         resp = conn.getresponse()
+        # More idle connections than the cap, while the stream's own is busy: the cap
+        # closes idle ones only.
+        idle = [_connect(proxy) for _ in range(MAX_IDLE + 5)]
         folded = fold_stream(sse_events(resp.read()))
+        for sock in idle:
+            sock.close()
         assert resp.status == 200 and time.monotonic() - started > HEADER_TIMEOUT_S
         assert folded["choices"][0]["finish_reason"] == "length"
         conn.request("GET", "/v1/models")  # the same connection: its timer started again
