@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -52,10 +53,11 @@ class RateLimitedLog:
 class ClientGuard:
     """Idle connections per client IP, oldest first; closes the oldest beyond the cap."""
 
-    def __init__(self, max_idle_per_ip: int) -> None:
+    def __init__(self, max_idle_per_ip: int, on_close: Callable[[], None] = lambda: None
+                 ) -> None:
         self.max_idle_per_ip = max_idle_per_ip
         self._idle: dict[str, dict[RequestHandler, None]] = {}
-        self.closed_idle = 0
+        self._on_close = on_close  # counted (idle_connections_closed)
         self.bad_requests = RateLimitedLog()
 
     def idle(self, handler: RequestHandler, ip: str) -> None:
@@ -65,7 +67,7 @@ class ClientGuard:
         while len(handlers) > self.max_idle_per_ip:
             oldest = next(iter(handlers))
             del handlers[oldest]
-            self.closed_idle += 1
+            self._on_close()
             oldest.force_close()
 
     def busy(self, handler: RequestHandler, ip: str) -> None:

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from proxy.eventloop import run_fast
 from proxy.mirror.admin import build_admin_app
-from proxy.mirror.app import ROUTER_KEY, build_app
+from proxy.mirror.app import METRICS_KEY, ROUTER_KEY, build_app
 from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig
 from proxy.mirror.listener import HEAD_LIMITS, ClientGuard, GuardedSite
@@ -34,7 +34,8 @@ async def _start(app: web.Application, host: str, port: int,
     # The keep-alive timer is armed when a connection opens and after each answer, and
     # closes it only while no request head is complete: a header timeout (listener.py).
     site = GuardedSite(runner, host, port, backlog=4096,
-                       guard=ClientGuard(config.max_idle_per_client),
+                       guard=ClientGuard(config.max_idle_per_client,
+                                         app[METRICS_KEY].idle_closed.inc),
                        keepalive_timeout=config.header_timeout_s, access_log=None,
                        **HEAD_LIMITS)
     await site.start()

@@ -177,6 +177,8 @@ def test_idle_connections_per_client_are_capped(proxy):
                           left_s, "the oldest idle connections closed", every_s=0.05)
         assert all(states[:10]), states
         assert sum(states) <= 11  # the newest stay (the request above used one idle slot)
+        closed = proxy.metrics()[("vllm_cutover_idle_connections_closed_total", frozenset())]
+        assert closed >= 10
     finally:
         for sock in idle:
             sock.close()
