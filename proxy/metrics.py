@@ -59,6 +59,9 @@ class ProxyMetrics:
         self.proxy_errors = Counter(
             f"{ns}_proxy_errors", "Errors the proxy answered itself", ("status",),
             registry=registry)
+        self.idle_closed = Counter(
+            f"{ns}_idle_connections_closed", "Idle client connections closed because their "
+            "client IP held more than --max-idle-per-client", registry=registry)
         self.cancelled = Counter(
             f"{ns}_client_cancelled", "Requests whose client went away mid-request",
             registry=registry)

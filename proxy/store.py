@@ -12,7 +12,6 @@ gate and the report know what share of the traffic the records stand for.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import sqlite3
@@ -34,6 +33,7 @@ from proxy.compare.stats import LatencySamples
 from proxy.compare.tally import AdmissionRow
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
 from proxy.cutover.control import EvidenceWindow
+from proxy.record_hash import META_TABLE, RecordHasher
 
 __all__ = ["LatencySamples", "PairCounts", "RecordStore", "RoleCounts", "SqliteStore",
            "StoreAggregates"]
@@ -80,13 +80,16 @@ class SqliteStore:
         self.path = path
         self.retention_rows = retention_rows
         self.store_text = store_text
-        if readonly and path != ":memory:":
+        self.readonly = readonly and path != ":memory:"
+        if self.readonly:
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         else:
             self._db = sqlite3.connect(path, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(_SCHEMA + META_TABLE)
+        # Hashes of prompts and completions: keyed per database (proxy.record_hash).
+        self.hasher = RecordHasher.open(self._db, writable=not self.readonly)
 
     def close(self) -> None:
         self._db.close()
@@ -105,7 +108,8 @@ class SqliteStore:
             " prompt_sha256, prompt_chars, max_tokens, n, logprobs_k, extra)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (record.request_id, record.started_unix, meta.endpoint, int(meta.stream),
-             int(meta.deterministic), meta.prompt_sha256, meta.prompt_chars, meta.max_tokens,
+             int(meta.deterministic), self.hasher.prompt(meta.prompt_sha256),
+             meta.prompt_chars, meta.max_tokens,
              meta.n, meta.logprobs_k, json.dumps(record.extra, default=str)))
         exchange_id = cur.lastrowid
         self._db.executemany(
@@ -124,7 +128,7 @@ class SqliteStore:
             token_ids = array("q", c.token_ids).tobytes()
         return (exchange_id, c.role, c.backend, c.status, c.ttft_s, c.e2e_s,
                 array("f", c.itl_s).tobytes(), c.output_tokens, c.finish_reason,
-                hashlib.sha256(c.text.encode("utf-8", "replace")).hexdigest(), len(c.text),
+                self.hasher.text(c.text), len(c.text),
                 c.text if keep else None, token_ids, c.error, int(c.cancelled))
 
     def _prune(self) -> None:
@@ -192,14 +196,14 @@ class SqliteStore:
             out.setdefault(row[0], []).append(row)
         return out
 
-    @staticmethod
-    def _record(row: tuple[Any, ...], capture_rows: list[tuple[Any, ...]],
+    def _record(self, row: tuple[Any, ...], capture_rows: list[tuple[Any, ...]],
                 comparison_rows: list[tuple[Any, ...]]) -> ExchangeRecord:
         (row_id, request_id, started, endpoint, stream, det, sha, chars, max_tokens, n,
          logprobs_k, extra_json) = row
         extra = json.loads(extra_json)
         extra["id"] = row_id
         text_info: dict[str, dict[str, Any]] = {}
+        hash_kind = self.hasher.kind(row_id)
         captures = []
         for c in capture_rows:
             itl = array("f")
@@ -209,7 +213,7 @@ class SqliteStore:
                 packed = array("q")
                 packed.frombytes(c[12])
                 ids = tuple(packed)
-            text_info[c[1]] = {"sha256": c[9], "chars": c[10]}
+            text_info[c[1]] = {hash_kind: c[9], "chars": c[10]}
             captures.append(Capture(
                 role=c[1], backend=c[2], status=c[3], ttft_s=c[4], itl_s=tuple(itl),
                 e2e_s=c[5], output_tokens=c[7], finish_reason=c[8], text=c[11] or "",

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from proxy import __version__
+from proxy.credentials import install_log_redaction
 
 # Order is the order shown in --help.
 SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutover", "gate")
@@ -50,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    install_log_redaction()
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2

@@ -90,6 +90,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-path", default="/_vllm_cutover/metrics", metavar="PATH",
                    help="the proxy's own metrics on the client port ('' for admin port only); "
                         "/metrics there is the primary's (default %(default)s)")
+    p.add_argument("--header-timeout", type=float, default=60.0, metavar="S",
+                   help="close a client connection that has not sent a complete request "
+                        "head within S seconds of opening or of its previous answer "
+                        "(slow clients; idle keep-alive) (default %(default)s)")
+    p.add_argument("--max-idle-per-client", type=int, default=256, metavar="N",
+                   help="idle connections (no request in flight) one client IP may hold; "
+                        "one more closes its oldest (default %(default)s)")
     p.add_argument("--drain-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, time for requests in flight to finish (default %(default)s)")
     p.add_argument("--capture-in-process", action="store_true",
@@ -152,6 +159,8 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         max_body_bytes=args.max_body_bytes,
         main_metrics_path=args.metrics_path or None,
         drain_timeout_s=args.drain_timeout,
+        header_timeout_s=args.header_timeout,
+        max_idle_per_client=args.max_idle_per_client,
         capture_worker=not args.capture_in_process,
         worker_cpus=args.worker_cpus,
         worker_priority=args.worker_priority,

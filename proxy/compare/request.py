@@ -87,6 +87,16 @@ def request_meta(body: bytes | dict[str, Any], endpoint: Endpoint) -> RequestMet
     )
 
 
+def json_bytes(value: Any, compact: bool = True) -> bytes:
+    """`value` as JSON for the wire: UTF-8, or \\u escapes where a string holds a lone
+    surrogate (a client may send `"\\ud800"`; raw, it is not UTF-8 and a backend refuses it)."""
+    separators = (",", ":") if compact else None
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=separators).encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=True, separators=separators).encode()
+
+
 def shadow_body(body: bytes | dict[str, Any], *, return_token_ids: bool = True) -> bytes | None:
     """Body for shadow/baseline: the client's request plus `return_token_ids`; None if malformed."""
     req = parse_body(body)
@@ -95,12 +105,10 @@ def shadow_body(body: bytes | dict[str, Any], *, return_token_ids: bool = True) 
     if not return_token_ids or req.get("return_token_ids") is True:
         if isinstance(body, (bytes, bytearray)):
             return bytes(body)
-        return json.dumps(req, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        return json_bytes(req, compact=False)
     out = dict(req)
     out["return_token_ids"] = True
-    return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8", "surrogatepass"
-    )
+    return json_bytes(out)
 
 
 def prepare(body: bytes, endpoint: Endpoint) -> PreparedRequest | None:

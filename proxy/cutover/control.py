@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
+from proxy.credentials import without_credentials
+
 
 class RouteConflict(RuntimeError):
     """The routes changed since the version the caller read (compare-and-set failed)."""
@@ -34,6 +36,13 @@ class EvidenceWindow:
     old_url: str
     new_url: str
     baseline_url: str | None = None
+
+    def __post_init__(self) -> None:
+        # Records name backends without credentials: so does the window matching them.
+        for name in ("old_url", "new_url", "baseline_url"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, without_credentials(value))
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

@@ -12,11 +12,11 @@ import hmac
 import json
 import logging
 import time
-from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
 
+from proxy.credentials import redact_json
 from proxy.cutover.admin import add_cutover_routes
 from proxy.cutover.control import RouteConflict
 from proxy.cutover.service import CUTOVER_KEY
@@ -30,8 +30,9 @@ from proxy.mirror.app import (
     ROUTER_KEY,
     TASKS_KEY,
 )
-from proxy.mirror.control import MirrorControl
+from proxy.mirror.control import MirrorControl, redacted_view
 from proxy.mirror.gate_hooks import FLAGGER_LAST_KEY, add_gate_hooks
+from proxy.mirror.listener import track_requests
 from proxy.mirror.load import LoopLoad
 from proxy.mirror.remote import RemoteMirror, WorkerUnavailable
 from proxy.mirror.route_state import ROUTE_KEYS, routes_from_json
@@ -43,7 +44,8 @@ MAX_RECORDS_PAGE = 1000
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(status=status, text=json.dumps(data, default=str),
+    """Every admin answer: JSON with the credentials of any URL in it redacted."""
+    return web.Response(status=status, text=json.dumps(redact_json(data), default=str),
                         content_type="application/json")
 
 
@@ -114,7 +116,7 @@ async def _json_object(request: web.Request, allowed: set[str],
 
 def _conflict(exc: RouteConflict, control: MirrorControl) -> web.Response:
     return _json({"error": {"message": str(exc), "type": "vllm_cutover_admin_error"},
-                  "routes": asdict(control.routes())}, 409)
+                  "routes": redacted_view(control.routes())}, 409)
 
 
 async def put_routes(request: web.Request) -> web.Response:
@@ -126,8 +128,8 @@ async def put_routes(request: web.Request) -> web.Response:
         body = await _json_object(request, {*ROUTE_KEYS, "expect_version"})
         expect = _expected_version(request, body)
         routes = routes_from_json(body, _main(request)[ROUTER_KEY].routes.as_config())
-        return _json(asdict(control.set_routes(routes.primary, routes.shadow,
-                                               routes.baseline, expect)))
+        return _json(redacted_view(control.set_routes(routes.primary, routes.shadow,
+                                                      routes.baseline, expect)))
     except RouteConflict as exc:
         return _conflict(exc, control)
     except ValueError as exc:  # ConfigError included
@@ -147,7 +149,7 @@ async def post_swap(request: web.Request) -> web.Response:
     except ValueError as exc:
         return _error(400, str(exc))
     try:
-        return _json(asdict(control.swap(expect)))
+        return _json(redacted_view(control.swap(expect)))
     except RouteConflict as exc:
         return _conflict(exc, control)
     except ValueError as exc:
@@ -220,7 +222,7 @@ async def get_metrics(request: web.Request) -> web.Response:
 
 def build_admin_app(main_app: web.Application) -> web.Application:
     """The admin application; it reads and changes the state of `main_app`."""
-    admin = web.Application(client_max_size=1024 * 1024)
+    admin = web.Application(client_max_size=1024 * 1024, middlewares=[track_requests])
     admin[MAIN_APP_KEY] = main_app
     admin[METRICS_KEY] = main_app[METRICS_KEY]
     admin.router.add_get("/admin/routes", get_routes)

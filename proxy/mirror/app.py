@@ -32,6 +32,7 @@ from proxy.mirror.config import ProxyConfig
 from proxy.mirror.control import MirrorControl
 from proxy.mirror.evidence import Evidence, LocalEvidence, WorkerEvidence
 from proxy.mirror.exchange import Mirror
+from proxy.mirror.listener import HEAD_LIMITS, GuardedRequestHandler, RateLimitedLog
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
 from proxy.mirror.remote import RemoteMirror
 from proxy.mirror.route_state import restore_routes, route_persister
@@ -55,22 +56,49 @@ MIRROR_KEY = web.AppKey("mirror", Admission)
 EVIDENCE_KEY = web.AppKey("evidence", Evidence)
 STATE_KEY = web.AppKey("state", StateFile)  # sections: "routes" (router), "cutover"
 CONTROL_KEY = web.AppKey("control", MirrorControl)  # what the cutover acts through
+REFUSALS_KEY = web.AppKey("refusals", RateLimitedLog)  # bad input: one log line per 10 s
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
     """Relay any request to the primary; mirror sampled generation requests."""
+    protocol = request.protocol
+    if not isinstance(protocol, GuardedRequestHandler):
+        return await _relay_request(request)
+    protocol.request_started()  # not idle: the per-client idle cap leaves it be
+    try:
+        return await _relay_request(request)
+    finally:
+        protocol.request_finished()
+
+
+async def _relay_request(request: web.Request) -> web.StreamResponse:
     app = request.app
     metrics = app[METRICS_KEY]
+    endpoint = endpoint_for_path(request.path) if request.method == "POST" else None
+    if endpoint is not None and not _framed(request):
+        # HTTP/1.1 reads no body here: what follows would be parsed as the next request.
+        metrics.proxy_errors.labels("411").inc()
+        app[REFUSALS_KEY].warning("refused a %s %s without Content-Length or chunked "
+                                  "encoding (411)", request.method, request.path)
+        response = proxy_error(411, "a generation request needs a Content-Length or "
+                                    "chunked encoding")
+        response.force_close()
+        return response
     try:
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         metrics.proxy_errors.labels("413").inc()
         limit = app[CONFIG_KEY].max_body_bytes
-        return proxy_error(413, f"request body larger than the proxy's limit of {limit} bytes")
+        app[REFUSALS_KEY].warning(
+            "refused a request body over --max-body-bytes: more than %d bytes (Content-Length "
+            "%s) for %s %s (413)", limit, request.content_length, request.method, request.path)
+        response = proxy_error(413, f"request body larger than the proxy's limit of "
+                                    f"{limit} bytes")
+        response.force_close()
+        return response
     routes = app[ROUTER_KEY].routes
     primary = routes.primary.begin_relay()
     headers = request_headers(request.headers)
-    endpoint = endpoint_for_path(request.path) if request.method == "POST" else None
     exchange = None
     if endpoint is not None:
         mirror = app[MIRROR_KEY]
@@ -90,6 +118,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
             metrics.proxy_errors.labels("502" if result.error == "connect" else "504").inc()
 
 
+def _framed(request: web.Request) -> bool:
+    return request.content_length is not None or "Transfer-Encoding" in request.headers
+
+
 async def metrics_handler(request: web.Request) -> web.Response:
     body = await request.app[EVIDENCE_KEY].metrics()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -97,9 +129,9 @@ async def metrics_handler(request: web.Request) -> web.Response:
 
 def build_app(config: ProxyConfig, registry: CollectorRegistry | None = None) -> web.Application:
     """The client-facing application (the admin app is built from it by admin.build_admin_app)."""
-    app = web.Application(client_max_size=config.max_body_bytes, handler_args={
-        "max_field_size": 65536, "max_line_size": 65536})
+    app = web.Application(client_max_size=config.max_body_bytes, handler_args=HEAD_LIMITS)
     app[CONFIG_KEY] = config
+    app[REFUSALS_KEY] = RateLimitedLog()
     app[METRICS_KEY] = ProxyMetrics(registry if registry is not None else CollectorRegistry())
     app.cleanup_ctx.append(_state_ctx)  # first: an unreadable file stops the start early
     if config.capture_worker:

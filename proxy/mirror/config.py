@@ -13,6 +13,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from proxy.compare.gate import GateCriteria
+from proxy.credentials import redact
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 MAIN_METRICS_PATH = "/_vllm_cutover/metrics"
@@ -31,13 +32,13 @@ def normalize_backend_url(url: str, what: str = "backend URL") -> str:
     """Return `url` without a trailing slash; reject anything but http(s)://host[:port][/path]."""
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{what} must look like http://host:port, got {url!r}")
+        raise ConfigError(f"{what} must look like http://host:port, got {redact(url)!r}")
     if parts.query or parts.fragment:
-        raise ConfigError(f"{what} must not carry a query or fragment, got {url!r}")
+        raise ConfigError(f"{what} must not carry a query or fragment, got {redact(url)!r}")
     try:
         parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as exc:
-        raise ConfigError(f"{what} has a bad port: {url!r}") from exc
+    except ValueError:
+        raise ConfigError(f"{what} has a bad port: {redact(url)!r}") from None
     return url.strip().rstrip("/")
 
 
@@ -56,7 +57,8 @@ class RouteConfig:
             if value is not None:
                 object.__setattr__(self, name, normalize_backend_url(value, f"{name} URL"))
         if self.baseline is not None and self.shadow is None:
-            raise ConfigError(f"a baseline ({self.baseline!r}) needs a shadow to compare against")
+            raise ConfigError(f"a baseline ({redact(self.baseline)!r}) needs a shadow to "
+                              "compare against")
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,13 @@ class ProxyConfig:
     main_metrics_path: str | None = MAIN_METRICS_PATH  # None: /metrics only on the admin port
     drain_timeout_s: float = 30.0
     connect_timeout_s: float = 10.0
+    # A connection must send a complete request head within this long of opening or of
+    # its previous answer (nginx's client_header_timeout default); it bounds idle
+    # keep-alive connections too (nginx: 75 s).
+    header_timeout_s: float = 60.0
+    # Idle connections (no request in flight) one client IP may hold; one more closes
+    # its oldest. High enough for a gateway's keep-alive pool in front of the proxy.
+    max_idle_per_client: int = 256
     # Mirroring, capture, comparison and records in a worker process (proxy.mirror.remote);
     # False: all on the proxy's own event loop.
     capture_worker: bool = True
@@ -189,6 +198,11 @@ class ProxyConfig:
             if not self.state_file or os.path.isdir(self.state_file) or not os.path.isdir(parent):
                 raise ConfigError(f"--state-file must be a file in an existing directory, "
                                   f"got {self.state_file!r}")
+        if not (math.isfinite(self.header_timeout_s) and self.header_timeout_s > 0):
+            raise ConfigError(f"--header-timeout must be > 0 s, got {self.header_timeout_s!r}")
+        if self.max_idle_per_client < 1:
+            raise ConfigError(f"--max-idle-per-client must be >= 1, got "
+                              f"{self.max_idle_per_client!r}")
         if self.max_body_bytes < 1:
             raise ConfigError(f"--max-body-bytes must be >= 1, got {self.max_body_bytes!r}")
         if self.main_metrics_path is not None and (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from proxy.compare.gate import GateCriteria
+from proxy.credentials import without_credentials
 from proxy.cutover.control import EvidenceWindow, GateView, RoutesView
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.config import RouteConfig
@@ -21,8 +22,18 @@ log = logging.getLogger(__name__)
 
 
 def _view(routes: Routes) -> RoutesView:
-    urls = routes.urls()
-    return RoutesView(routes.version, routes.primary.url, urls["shadow"], urls["baseline"])
+    """The cutover's view: the URLs as configured (credentials included), the ones it
+    sets back; the admin API redacts them (`redacted_view`)."""
+    config = routes.as_config()
+    return RoutesView(routes.version, config.primary, config.shadow, config.baseline)
+
+
+def redacted_view(view: RoutesView) -> dict[str, object]:
+    """`view` as JSON for a person: backend URLs without their credentials."""
+    return {"version": view.version, **{k: without_credentials(v) if v else v
+                                        for k, v in (("primary", view.primary),
+                                                     ("shadow", view.shadow),
+                                                     ("baseline", view.baseline))}}
 
 
 class MirrorControl:
@@ -63,7 +74,7 @@ class MirrorControl:
         """URL -> requests in flight on it (client requests and mirrors); a URL missing
         from the answer has none."""
         return {url: counts["primary"] + counts["mirror"]
-                for url, counts in self._router.inflight().items()}
+                for url, counts in self._router.inflight(by_target=True).items()}
 
     async def gate(self, window: EvidenceWindow) -> GateView:
         """The verdict over `window`'s records; inconclusive (saying why) while the

@@ -25,7 +25,7 @@ from multidict import CIMultiDict
 
 from proxy.compare.capture import CaptureBuilder
 from proxy.compare.diff import compare
-from proxy.compare.request import prepare
+from proxy.compare.request import json_bytes, prepare
 from proxy.compare.types import Capture, Endpoint, ExchangeRecord, RequestMeta, Role
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.admission import Admission
@@ -53,7 +53,7 @@ def unstreamed(body: bytes) -> bytes:
     request = json.loads(body)
     request["stream"] = False
     request.pop("stream_options", None)
-    return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
+    return json_bytes(request)
 
 
 class Mirror(Admission):
@@ -142,23 +142,36 @@ class Exchange:
             if upstream is None:
                 continue
             label = mirror.metrics.backend_label(upstream.url)
-            body = prepared.shadow_body
-            if role == "baseline" and self.meta.stream and not mirror.config.baseline_stream:
-                body = unstreamed(body)
             if upstream.pool.down:
                 # Refused moments ago: recorded as a connect error, without a task or syscall.
-                t = perf_counter()
-                done: asyncio.Future[Capture] = asyncio.get_running_loop().create_future()
-                done.set_result(CaptureBuilder(role, label, t).finish(None, t, error="connect"))
-                self.others.append((role, done))
-                mirror.metrics.shadow_dropped.labels(f"{role}_down").inc()
+                self._lost(role, label, "connect", f"{role}_down")
+                continue
+            try:
+                body = prepared.shadow_body
+                if role == "baseline" and self.meta.stream and not mirror.config.baseline_stream:
+                    body = unstreamed(body)
+            except Exception as exc:  # noqa: BLE001 - a lost mirror is data, never silent
+                if upstream.should_warn():
+                    log.warning("%s %s: request not mirrored: %s: %s", role, upstream.url,
+                                type(exc).__name__, exc)
+                self._lost(role, label, "internal", f"{role}_internal")
                 continue
             coro = fetch_capture(upstream, role, label, path, headers, body,
                                  mirror.config.shadow_timeout_s)
             task = mirror.tasks.spawn(coro, f"{role}-{self.request_id}")
-            if task is not None:
-                self.others.append((role, task))
-                mirror.metrics.mirrored.labels(role).inc()
+            if task is None:
+                self._lost(role, label, "shutdown", f"{role}_shutdown")
+                continue
+            self.others.append((role, task))
+            mirror.metrics.mirrored.labels(role).inc()
+
+    def _lost(self, role: Role, label: str, error: str, reason: str) -> None:
+        """A side that was not sent: recorded as failed with `error`, counted as `reason`."""
+        t = perf_counter()
+        done: asyncio.Future[Capture] = asyncio.get_running_loop().create_future()
+        done.set_result(CaptureBuilder(role, label, t).finish(None, t, error=error))
+        self.others.append((role, done))
+        self.mirror.metrics.shadow_dropped.labels(reason).inc()
 
     def tap_for(self, content_type: str) -> ChunkTap:
         """Where the primary's relayed chunks go (SSE decoder or JSON body)."""

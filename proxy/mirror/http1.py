@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict
 
+from proxy.credentials import basic_authorization
 from proxy.mirror.stamped import open_stamped
 
 log = logging.getLogger(__name__)
@@ -435,7 +436,9 @@ class Http1Pool:
         self.https = parts.scheme == "https"
         self.host = parts.hostname or ""
         self.port = parts.port or (443 if self.https else 80)
-        self.host_header = parts.netloc
+        self.host_header = parts.netloc.rpartition("@")[2]  # never the userinfo
+        # A URL's user:password goes as Basic auth, in place of a client's Authorization.
+        self.authorization = basic_authorization(url)
         self.base_path = parts.path.rstrip("/")
         self.connect_timeout_s = connect_timeout_s
         self.fail_fast = fail_fast
@@ -457,7 +460,11 @@ class Http1Pool:
         head = [f"{method} {self.base_path}{path} HTTP/1.1", f"Host: {self.host_header}"]
         if body or method in _BODY_METHODS:
             head.append(f"Content-Length: {len(body)}")
-        head.extend(f"{k}: {v}" for k, v in headers.items())
+        if self.authorization is None:
+            head.extend(f"{k}: {v}" for k, v in headers.items())
+        else:
+            head.append(f"Authorization: {self.authorization}")
+            head.extend(f"{k}: {v}" for k, v in headers.items() if k.lower() != "authorization")
         return "\r\n".join(head).encode("utf-8", "surrogateescape") + b"\r\n\r\n" + body
 
     def _idle_connection(self) -> Http1Connection | None:

@@ -303,9 +303,10 @@ class RemoteMirror(Admission):
             return None
         xid = next(self._xids)
         shadow, baseline = routes.shadow, routes.baseline
-        start = ("start", xid, routes.version, routes.primary.url,
-                 shadow.url if shadow is not None else None,
-                 baseline.url if baseline is not None else None,
+        # The worker opens its own pools: it gets the URLs as configured (credentials too).
+        start = ("start", xid, routes.version, routes.primary.target,
+                 shadow.target if shadow is not None else None,
+                 baseline.target if baseline is not None else None,
                  path, list(headers.items()), body, endpoint, time.time(), perf_counter())
         held = [u.acquire() for u in (routes.primary, shadow, baseline) if u is not None]
         exchange = self.exchanges[xid] = RemoteExchange(link, xid, routes, held, start)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from proxy.credentials import redact, redact_json
 from proxy.mirror.config import ConfigError, RouteConfig
 from proxy.mirror.routing import PersistRoutes
 from proxy.statefile import StateFile, StateFileError
@@ -38,13 +39,13 @@ def routes_from_json(data: Mapping[str, Any], base: RouteConfig | None = None) -
         value = data[key]
         if not (isinstance(value, str) or (value is None and key != "primary")):
             allowed = "a URL string" if key == "primary" else "a URL string or null"
-            raise ConfigError(f"{key} must be {allowed}, got {value!r}")
+            raise ConfigError(f"{key} must be {allowed}, got {redact_json(value)!r}")
         values[key] = value
     return RouteConfig(**values)
 
 
 def describe(config: RouteConfig) -> str:
-    return f"primary={config.primary} shadow={config.shadow} baseline={config.baseline}"
+    return redact(f"primary={config.primary} shadow={config.shadow} baseline={config.baseline}")
 
 
 def restore_routes(state: StateFile, configured: RouteConfig,
@@ -57,7 +58,7 @@ def restore_routes(state: StateFile, configured: RouteConfig,
     version = saved.get("version") if isinstance(saved, dict) else None
     if type(version) is not int or version < 1:
         raise StateFileError(f"{where}: section {SECTION!r} is not routes with a version "
-                             f">= 1: {saved!r}")
+                             f">= 1: {redact_json(saved)!r}")
     try:
         persisted = routes_from_json(saved)
     except ConfigError as exc:

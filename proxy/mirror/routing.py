@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from proxy.credentials import without_credentials
 from proxy.cutover.control import RouteConflict
 from proxy.mirror.config import RouteConfig
 from proxy.mirror.http1 import Http1Pool
@@ -35,13 +36,17 @@ class Upstream:
     `users` keeps the pool open (client requests, and mirrored exchanges that may still
     call the backend); `relaying` counts the client requests alone, from before the
     request goes out until the backend's last byte has been relayed.
+
+    `target` is the URL as configured (with credentials, if any); `url` names the backend
+    everywhere else (records, metrics, logs, the admin API): without them.
     """
 
-    __slots__ = ("_router", "active", "lane", "last_warning", "relaying", "session", "url",
-                 "users")
+    __slots__ = ("_router", "active", "lane", "last_warning", "relaying", "session", "target",
+                 "url", "users")
 
-    def __init__(self, url: str, lane: Lane, session: Http1Pool, router: Router) -> None:
-        self.url = url
+    def __init__(self, target: str, lane: Lane, session: Http1Pool, router: Router) -> None:
+        self.target = target
+        self.url = without_credentials(target)
         self.lane = lane
         self.session = session
         self.users = 0
@@ -91,9 +96,9 @@ class Routes:
 
     def as_config(self) -> RouteConfig:
         return RouteConfig(
-            primary=self.primary.url,
-            shadow=self.shadow.url if self.shadow else None,
-            baseline=self.baseline.url if self.baseline else None,
+            primary=self.primary.target,
+            shadow=self.shadow.target if self.shadow else None,
+            baseline=self.baseline.target if self.baseline else None,
         )
 
     def urls(self) -> dict[str, str | None]:
@@ -160,8 +165,7 @@ class Router:
         for upstream in list(self._upstreams.values()):
             if not upstream.active and upstream.users <= 0:
                 self._retire(upstream)
-        log.info("routes v%d: primary=%s shadow=%s baseline=%s", self.routes.version,
-                 config.primary, config.shadow, config.baseline)
+        log.info("routes v%d: %s", self.routes.version, self.routes.urls())
         return self.routes
 
     def swap(self, expect_version: int | None = None) -> Routes:
@@ -172,21 +176,23 @@ class Router:
         return self.replace(RouteConfig(current.shadow, current.primary, current.baseline),
                             expect_version)
 
-    def inflight(self) -> dict[str, dict[str, int]]:
+    def inflight(self, by_target: bool = False) -> dict[str, dict[str, int]]:
         """Per backend URL: client requests being relayed ("primary") and mirrored
         exchanges still using it ("mirror": as shadow or baseline, or as the primary
-        whose /tokenize they may call). Every backend of the current routes is listed."""
+        whose /tokenize they may call). Every backend of the current routes is listed.
+        `by_target`: keyed by the URLs as configured (credentials included)."""
         out: dict[str, dict[str, int]] = {}
-        for (_, url), upstream in self._upstreams.items():
-            counts = out.setdefault(url, {"primary": 0, "mirror": 0})
+        for (_, target), upstream in self._upstreams.items():
+            key = target if by_target else upstream.url
+            counts = out.setdefault(key, {"primary": 0, "mirror": 0})
             counts["primary"] += upstream.relaying
             counts["mirror"] += upstream.users - upstream.relaying
         return out
 
     def _retire(self, upstream: Upstream) -> None:
-        if self._upstreams.get((upstream.lane, upstream.url)) is not upstream:
+        if self._upstreams.get((upstream.lane, upstream.target)) is not upstream:
             return
-        del self._upstreams[(upstream.lane, upstream.url)]
+        del self._upstreams[(upstream.lane, upstream.target)]
         task = asyncio.get_running_loop().create_task(
             upstream.session.close(), name=f"close-{upstream.lane}-{upstream.url}")
         self._closing.add(task)

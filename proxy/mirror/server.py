@@ -8,6 +8,7 @@ background tasks (cleanup_ctx) and closes pools and the store.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import signal
@@ -15,23 +16,30 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from proxy.eventloop import run_fast
 from proxy.mirror.admin import build_admin_app
-from proxy.mirror.app import ROUTER_KEY, build_app
+from proxy.mirror.app import METRICS_KEY, ROUTER_KEY, build_app
 from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig
+from proxy.mirror.listener import HEAD_LIMITS, ClientGuard, GuardedSite
 
 log = logging.getLogger(__name__)
 
 
 async def _start(app: web.Application, host: str, port: int,
-                 drain_timeout_s: float) -> tuple[web.AppRunner, int]:
+                 config: ProxyConfig) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=drain_timeout_s)
+                           shutdown_timeout=config.drain_timeout_s)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
+    # The keep-alive timer is armed when a connection opens and after each answer, and
+    # closes it only while no request head is complete: a header timeout (listener.py).
+    site = GuardedSite(runner, host, port, backlog=4096,
+                       guard=ClientGuard(config.max_idle_per_client,
+                                         app[METRICS_KEY].idle_closed.inc),
+                       keepalive_timeout=config.header_timeout_s, access_log=None,
+                       **HEAD_LIMITS)
     await site.start()
-    addresses = runner.addresses
-    return runner, int(addresses[0][1]) if addresses else port
+    return runner, site.bound_port
 
 
 async def serve(config: ProxyConfig, stop: asyncio.Event | None = None,
@@ -45,7 +53,7 @@ async def serve(config: ProxyConfig, stop: asyncio.Event | None = None,
         except (NotImplementedError, RuntimeError):
             pass
     app = build_app(config)
-    runner, port = await _start(app, config.host, config.port, config.drain_timeout_s)
+    runner, port = await _start(app, config.host, config.port, config)
     # Everything made so far lives as long as the process: out of the collector's sight,
     # so full collections under traffic only walk what requests create (shorter pauses).
     gc.collect()
@@ -56,7 +64,8 @@ async def serve(config: ProxyConfig, stop: asyncio.Event | None = None,
     try:
         if config.admin.port is not None:
             admin_runner, admin_port = await _start(
-                build_admin_app(app), config.admin.host, config.admin.port, 5.0)
+                build_admin_app(app), config.admin.host, config.admin.port,
+                dataclasses.replace(config, drain_timeout_s=5.0))
         urls = app[ROUTER_KEY].routes.urls()
         log.info("proxy on %s:%d -> primary %s, shadow %s, baseline %s; admin on %s",
                  config.host, port, urls["primary"], urls["shadow"], urls["baseline"],
@@ -80,9 +89,4 @@ async def serve(config: ProxyConfig, stop: asyncio.Event | None = None,
 
 def run(config: ProxyConfig) -> None:
     """Blocking entry point for the CLI (uvloop when installed)."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(config))
-        return
-    uvloop.run(serve(config))
+    run_fast(serve(config))

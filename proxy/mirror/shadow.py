@@ -18,6 +18,7 @@ from time import perf_counter
 from multidict import CIMultiDict
 
 from proxy.compare.capture import CaptureBuilder
+from proxy.compare.request import json_bytes
 from proxy.compare.types import Capture, Role
 from proxy.mirror.http1 import Feed, Http1Connection, UpstreamError, within
 from proxy.mirror.routing import Upstream
@@ -119,8 +120,7 @@ async def tokenize(
 
     `headers` carry the client's Authorization and `Content-Type: application/json`.
     """
-    payload = json.dumps({"prompt": text, "add_special_tokens": False},
-                         ensure_ascii=False).encode()
+    payload = json_bytes({"prompt": text, "add_special_tokens": False})
     parts: list[bytes] = []
 
     def feed_for(conn: Http1Connection) -> Feed:

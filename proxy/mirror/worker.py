@@ -43,6 +43,8 @@ from prometheus_client import CollectorRegistry
 
 from proxy.compare.stats import mann_whitney
 from proxy.compare.types import Endpoint
+from proxy.credentials import install_log_redaction
+from proxy.eventloop import run_fast
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig, RouteConfig
@@ -262,6 +264,7 @@ async def serve(sock: socket.socket, scheduling: str = "normal") -> None:
             config, level = message[1], message[2]
             logging.basicConfig(
                 level=level, format="%(asctime)s %(levelname)s capture-worker %(name)s: %(message)s")
+            install_log_redaction()
             worker = CaptureWorker(config, channel, scheduling)
             opening.append(loop.create_task(worker.open(), name="open"))
 
@@ -314,12 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     scheduling = lower_priority(args.priority)
     sock = socket.socket(fileno=args.fd)
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(sock, scheduling))
-    else:
-        uvloop.run(serve(sock, scheduling))
+    run_fast(serve(sock, scheduling))
     return 0
 
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 from aiohttp import web
 
+from proxy.eventloop import run_fast
 from proxy.sim.app import make_sim_app
 from proxy.sim.config import SimConfig
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -51,15 +49,6 @@ async def _serve_until_signal(config: SimConfig) -> None:
         await stop.wait()
     finally:
         await sim.stop()
-
-
-def run_fast(main: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run`, on uvloop when it is installed (the "fast" extra)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
 
 
 def serve(config: SimConfig) -> int:

@@ -1,0 +1,71 @@
+"""Credentials in backend URLs (`http://user:pass@host:port`): used, never shown.
+
+A backend behind a reverse proxy with HTTP Basic auth is reached with the URL's
+user and password as an `Authorization: Basic` header. Everything that names a
+backend (records, metrics labels, the admin API, logs) names it without them:
+`without_credentials` is a backend's identity, `redact` hides them in any text.
+Only the state file (mode 0600) and the proxy's connection pools keep them.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+# scheme://userinfo@ in any text; the userinfo ends at the last '@' before the host.
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:'\"]*)"
+                       r"(?::[^/\s'\"]*)?@(?=[^/@\s'\"]*(?:[/\s'\"]|$))")
+
+
+def without_credentials(url: str) -> str:
+    """`url` without its userinfo (a backend's identity in records, metrics and views)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def basic_authorization(url: str) -> str | None:
+    """The `Authorization` header value for the URL's user and password, or None."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return None
+    user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+    raw = f"{unquote(user)}:{unquote(password)}".encode()
+    return "Basic " + base64.b64encode(raw).decode("ascii")
+
+
+def redact(text: str) -> str:
+    """`text` with every URL's password replaced by *** (`http://user:***@host`)."""
+    return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+
+
+def redact_json(value: object) -> object:
+    """`value` (JSON-like) with `redact` applied to every string in it, keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_json(k): redact_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_json(v) for v in value]
+    return value
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts URL credentials in every record a handler writes (whatever logged them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+def install_log_redaction() -> None:
+    """Add `RedactingFilter` to the root logger's handlers (after logging.basicConfig)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
