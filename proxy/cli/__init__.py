@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from proxy import __version__
 
 # Order is the order shown in --help.
-SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutover")
+SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutover", "eval",
+                      "verify")
 
 
 def build_parser() -> argparse.ArgumentParser:
