@@ -5,6 +5,7 @@
 Both skip when the resource is missing, or fail when VLLM_CUTOVER_REQUIRE_E2E=1.
 `cutover_images`: our images (vllm, sim, sidecar), built on first use.
 `container_cleanup`: a list whose containers are force-removed after the test.
+`prometheus_server`: a real Prometheus (tests/prometheus_server.py), one per session.
 The fixtures that start vLLM servers live in tests/e2e/conftest.py.
 """
 
@@ -19,6 +20,7 @@ import pytest
 
 from tests.e2e import images
 from tests.e2e.resources import skip_or_fail
+from tests.prometheus_server import PrometheusError, PrometheusServer
 
 VLLM_PYTHON_ENV = "VLLM_CUTOVER_VLLM_PYTHON"
 
@@ -74,3 +76,16 @@ def container_cleanup(docker_client: Any) -> Iterator[list[Any]]:
             docker_client.api.remove_container(getattr(container, "id", container), force=True)
         except docker.errors.NotFound:
             pass
+
+
+@pytest.fixture(scope="session")
+def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """A real Prometheus scraping every second; tests point jobs at targets with set_targets."""
+    server = PrometheusServer(tmp_path_factory.mktemp("prometheus"))
+    try:
+        server.start()
+    except PrometheusError as exc:
+        server.stop()
+        skip_or_fail(str(exc))
+    yield server
+    server.stop()

@@ -107,8 +107,9 @@ class Reconciler:
             if nxt.phase is not self.state.phase:
                 log.info("cutover %s: %s -> %s (%s)", nxt.id, self.state.phase.value,
                          nxt.phase.value, nxt.history[-1].reason)
+        moved = nxt.phase is not self.state.phase
         self.state = nxt
-        if self._on_state is not None:
+        if moved and self._on_state is not None:  # the service reports the first state itself
             self._on_state(nxt)
         if self._mail is mail:  # taken; one delivered meanwhile waits for the next step
             self._mail = None

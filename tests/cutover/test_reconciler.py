@@ -38,6 +38,17 @@ async def test_full_cutover_with_real_http_warmup(world: World) -> None:
         (end.analysis_since_unix, old, new)}
 
 
+async def test_the_phase_is_reported_once_per_phase_not_per_tick(world: World) -> None:
+    reported: list[Phase] = []
+    svc = await world.service(on_state=lambda state: reported.append(state.phase))
+    await svc.start(CutoverSpec(**FAST))
+    end = await ended(svc)
+    assert end.phase is Phase.DONE
+    # Each phase the history went through, once: the reconciler ticks many times per phase.
+    assert reported == [Phase(t.to_phase) for t in end.history][-len(reported):]
+    assert len(reported) == len(set(reported))
+
+
 @pytest.mark.parametrize("keep_failed", [False, True])
 async def test_model_name_mismatch_fails_and_old_keeps_serving(world: World, aiohttp_server,
                                                                keep_failed) -> None:

@@ -33,9 +33,10 @@ class World:
     state_path: str
     services: list[CutoverService]
 
-    async def service(self, driver: bool = True) -> CutoverService:
+    async def service(self, driver: bool = True,
+                      on_state: Callable[[CutoverState], None] | None = None) -> CutoverService:
         svc = CutoverService(StateFile(self.state_path), self.control,
-                             self.driver if driver else None, tick_s=0.005)
+                             self.driver if driver else None, tick_s=0.005, on_state=on_state)
         self.services.append(svc)
         await svc.open()
         return svc
