@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from proxy.cli.eval_cmd import EXIT_BAD_INPUT, add_replay_arguments, emit
+from proxy.cli.gate_args import add_match_arguments, match_criteria
 
 
 def _range(value: str) -> tuple[float, float]:
@@ -42,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-util-range", type=_range, metavar="LOW:HIGH",
                    help="expected GPU utilisation in percent (NVML, or DCGM via --prometheus)")
     add_replay_arguments(p)
+    add_match_arguments(p.add_argument_group("the golden line's verdict (as eval compare's)"),
+                        min_samples=20)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=_run)
 
@@ -49,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from proxy.evaluate.checklist import VerifyOptions, run_checklist
     from proxy.evaluate.jsonl import EvalInputError
+    from proxy.evaluate.judge import CompareCriteria
     from proxy.evaluate.replaying import ReplaySettings
 
     try:
@@ -58,7 +62,8 @@ def _run(args: argparse.Namespace) -> int:
             prometheus=args.prometheus, gpu_util_range=args.gpu_util_range,
             allow_model_mismatch=args.allow_model_mismatch,
             replay=ReplaySettings(concurrency=args.concurrency, rate=args.rate,
-                                  timeout_s=args.timeout))
+                                  timeout_s=args.timeout),
+            criteria=CompareCriteria(gate=match_criteria(args, CompareCriteria().gate)))
         result = run_checklist(opts)
     except (EvalInputError, ValueError) as exc:
         print(f"vllm-cutover verify: error: {exc}", file=sys.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.evaluate import observe
@@ -32,8 +32,8 @@ class VerifyOptions:
     prometheus: str | None = None
     gpu_util_range: tuple[float, float] | None = None
     allow_model_mismatch: bool = False
-    replay: ReplaySettings = ReplaySettings()
-    criteria: CompareCriteria = CompareCriteria()
+    replay: ReplaySettings = field(default_factory=ReplaySettings)
+    criteria: CompareCriteria = field(default_factory=CompareCriteria)
 
 
 def read_inputs(opts: VerifyOptions) -> tuple[str | None, dict[str, Any] | None]:

@@ -125,7 +125,8 @@ def kernel_check(facts: LogFacts, report: dict[str, Any] | None) -> tuple[str, s
             return "fail", f"asked for {wanted} ({'/'.join(sorted(expected))}), vLLM chose {chosen}"
         return "pass", "; ".join([*notes, f"vLLM chose {chosen}"])
     if wanted is not None and _no_cuda(report):
-        return "pass", "; ".join([*notes, "no CUDA on this host (the launcher's preflight): "
-                                  "vLLM builds no NVFP4 layer and prints no kernel pick"])
-    return "n/a", "; ".join([*notes, "vLLM printed no NVFP4 kernel pick (no NVFP4 model, "
-                                      "or no --launch-report naming a backend)"])
+        cpu = ("no CUDA on this host (the launcher's preflight): vLLM builds no NVFP4 layer "
+               "and prints no kernel pick")
+        return "pass", "; ".join([*notes, cpu])
+    none = "vLLM printed no NVFP4 kernel pick (no NVFP4 model, or no report naming a backend)"
+    return "n/a", "; ".join([*notes, none])

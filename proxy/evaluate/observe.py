@@ -92,7 +92,7 @@ def prom_vector(prom_url: str, expr: str) -> list[float]:
 def nvml_gpus() -> list[dict[str, Any]] | None:
     """Per GPU: index, name, utilisation %, memory used/total bytes; None without NVML."""
     try:
-        import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
+        import pynvml  # optional: nvidia-ml-py (torch's CUDA wheels bring it)
     except ImportError:
         return None
     try:

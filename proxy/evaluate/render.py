@@ -66,3 +66,85 @@ def perplexity_html(result: dict[str, Any]) -> str:
             f"{verdict_block(result['verdict'], [result['reason']])}"
             f"<table><tr><th>engine</th><th>perplexity</th><th>method</th></tr>{rows}</table>")
     return page("vllm-cutover eval perplexity", body)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def _perf_rows(result: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    labels = ["old", "new"] if len(result["urls"]) == 2 else ["engine"]
+    for level in result["levels"]:
+        for label, eng in zip(labels, level["engines"]):
+            rows.append([str(level["concurrency"]), label,
+                         *(f"{_ms(eng[m]['p50_s'])} / {_ms(eng[m]['p99_s'])}"
+                           for m in ("ttft", "itl", "tpot")),
+                         _num(eng["output_throughput"], ".1f"),
+                         _num(eng["request_throughput"], ".2f"), str(eng["failed"])])
+        ratios = level["ratios"]
+        if ratios is not None:
+            rows.append([str(level["concurrency"]), "new/old",
+                         *(f"x{_num(ratios[m + '_p50'], '.2f')} / x{_num(ratios[m + '_p99'], '.2f')}"
+                           for m in ("ttft", "itl", "tpot")),
+                         f"x{_num(ratios['output_throughput'], '.2f')}",
+                         f"x{_num(ratios['request_throughput'], '.2f')}", ""])
+    return rows
+
+
+PERF_HEAD = ["conc.", "engine", "TTFT p50/p99 ms", "ITL p50/p99 ms", "TPOT p50/p99 ms",
+             "out tok/s", "req/s", "failed"]
+
+
+def perf_text(result: dict[str, Any]) -> str:
+    rows = [PERF_HEAD, *_perf_rows(result)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(PERF_HEAD))]
+    table = "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
+    return (f"verdict: {result['verdict'].upper()}: {result['reason']}\n"
+            f"load: {result['tool']}; old {result['urls'][0]}"
+            + (f", new {result['urls'][1]}" if len(result["urls"]) == 2 else "")
+            + f"\n{table}\n")
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    cells = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>"
+                    for r in rows)
+    return f"<table><tr>{''.join(f'<th>{escape(h)}</th>' for h in head)}</tr>{cells}</table>"
+
+
+def perf_html(result: dict[str, Any]) -> str:
+    body = (f'<p class="muted">load: {escape(result["tool"])}. Generated {generated_at()}.</p>'
+            f"{verdict_block(result['verdict'], [result['reason']])}"
+            f"{_table(PERF_HEAD, _perf_rows(result))}")
+    return page("vllm-cutover eval perf", body)
+
+
+MEMORY_HEAD = ["engine", "KV blocks", "block size", "KV tokens", "KV bytes", "KV in use",
+               "container memory"]
+
+
+def _memory_rows(result: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for eng in result["engines"]:
+        kv = eng["kv_cache"]
+        box = eng["container"]
+        rows.append([eng["url"], _num(kv["num_gpu_blocks"], ".0f"), _num(kv["block_size"], ".0f"),
+                     _num(kv["kv_cache_size_tokens"], ".0f"),
+                     _num(kv["kv_cache_memory_bytes"], ".0f"),
+                     "-" if kv["usage"] is None else f"{kv['usage']:.1%}",
+                     "n/a" if box is None else f"{box['usage_bytes']} / {box['limit_bytes']}"])
+    return rows
+
+
+def memory_text(result: dict[str, Any]) -> str:
+    lines = [f"verdict: {result['verdict'].upper()}: {result['reason']}"]
+    lines += ["  ".join(r) for r in [MEMORY_HEAD, *_memory_rows(result)]]
+    lines.append(f"GPUs: {result['gpus']}")
+    return "\n".join(lines) + "\n"
+
+
+def memory_html(result: dict[str, Any]) -> str:
+    body = (f"{verdict_block(result['verdict'], [result['reason']])}"
+            f"{_table(MEMORY_HEAD, _memory_rows(result))}"
+            f"<p>GPUs: {escape(str(result['gpus']))}</p>")
+    return page("vllm-cutover eval memory", body)

@@ -44,10 +44,17 @@ async def _info(url: str) -> EngineInfo:
         return await engine_info(http, url)
 
 
-def _with_model(requests: Sequence[EvalRequest], info: EngineInfo) -> list[EvalRequest]:
+def engine_infos(urls: Sequence[str]) -> list[EngineInfo]:
+    return [asyncio.run(_info(url)) for url in urls]
+
+
+def with_model(requests: Sequence[EvalRequest], info: EngineInfo,
+               ignore_eos: bool = False) -> list[EvalRequest]:
     """Fill a missing `model` with the engine's; a model it does not serve is refused."""
     out = []
     for request in requests:
+        if ignore_eos:
+            request = replace(request, body={**request.body, "ignore_eos": True})
         model = request.body.get("model")
         if model is None:
             if info.model is None:
@@ -84,7 +91,7 @@ def record(url: str, requests: Sequence[EvalRequest], out_path: str,
            settings: ReplaySettings, store_text: bool = False) -> dict[str, Any]:
     """Send the set to the old engine and write the golden file (atomically)."""
     info = asyncio.run(_info(url))
-    requests = _with_model(requests, info)
+    requests = with_model(requests, info)
     answers = asyncio.run(replay(url, requests, "primary", concurrency=settings.concurrency,
                                  rate=settings.rate, timeout_s=settings.timeout_s))
     _check_answers(answers, requests, url, strict=True)
