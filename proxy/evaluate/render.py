@@ -96,10 +96,13 @@ PERF_HEAD = ["conc.", "engine", "TTFT p50/p99 ms", "ITL p50/p99 ms", "TPOT p50/p
              "out tok/s", "req/s", "failed"]
 
 
+def _aligned(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
+
+
 def perf_text(result: dict[str, Any]) -> str:
-    rows = [PERF_HEAD, *_perf_rows(result)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(PERF_HEAD))]
-    table = "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
+    table = _aligned([PERF_HEAD, *_perf_rows(result)])
     return (f"verdict: {result['verdict'].upper()}: {result['reason']}\n"
             f"load: {result['tool']}; old {result['urls'][0]}"
             + (f", new {result['urls'][1]}" if len(result["urls"]) == 2 else "")
@@ -138,7 +141,7 @@ def _memory_rows(result: dict[str, Any]) -> list[list[str]]:
 
 def memory_text(result: dict[str, Any]) -> str:
     lines = [f"verdict: {result['verdict'].upper()}: {result['reason']}"]
-    lines += ["  ".join(r) for r in [MEMORY_HEAD, *_memory_rows(result)]]
+    lines.append(_aligned([MEMORY_HEAD, *_memory_rows(result)]))
     lines.append(f"GPUs: {result['gpus']}")
     return "\n".join(lines) + "\n"
 

@@ -31,14 +31,14 @@ LOOSE = ("--gate-min-match-rate", "0.8")
 
 
 def write_prompts(path: Path, n: int = 40) -> Path:
-    """A small set of our own: completions and chat requests, 20-30 tokens each."""
+    """A small set of our own: completions and chat requests, 12-18 tokens each."""
     lines = []
     for i in range(n):
         text = " ".join(WORDS[(i * 3) % 20:(i * 3) % 20 + 4 + i % 5])
         if i % 4 == 3:
-            lines.append({"messages": [{"role": "user", "content": text}], "max_tokens": 24})
+            lines.append({"messages": [{"role": "user", "content": text}], "max_tokens": 12})
         else:
-            lines.append({"prompt": text, "max_tokens": 24 + i % 7})
+            lines.append({"prompt": text, "max_tokens": 12 + i % 7})
     path.write_text("".join(json.dumps(obj) + "\n" for obj in lines))
     return path
 
@@ -116,10 +116,10 @@ def test_different_engine_fails_with_divergences(golden: Path, engines: dict[str
 def test_replica_against_baseline_noise(golden: Path, engines: dict[str, VllmServer],
                                         capsys: pytest.CaptureFixture[str]) -> None:
     code, result = compare(golden, engines["old_b"].url, capsys, "--baseline-url",
-                           engines["old_a"].url, "--gate-max-excess-divergence", "0.1")
+                           engines["old_a"].url, "--gate-max-excess-divergence", "0.15")
     assert (code, result["verdict"]) == (0, "pass"), result["reasons"]
     noise = result["baseline"]["match_rate"]
-    assert result["gate"]["threshold"] == pytest.approx(noise - 0.1)
+    assert result["gate"]["threshold"] == pytest.approx(noise - 0.15)
 
 
 def test_cut_short_answers_fail_on_lengths(golden: Path, engines: dict[str, VllmServer],
@@ -213,10 +213,12 @@ def test_perf_side_by_side_with_our_client(engines: dict[str, VllmServer], tmp_p
         assert level["ratios"]["ttft_p50"] > 0 and level["ratios"]["output_throughput"] > 0
 
 
+@pytest.mark.slow
 def test_perf_reads_vllm_bench_serve(engines: dict[str, VllmServer], vllm_python: str,
                                      tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, result = run_json(["eval", "perf", "--url", engines["old_a"].url, "--url",
-                             engines["old_b"].url, "--vllm-bench", vllm_python,
+    """One engine (each run of vllm bench imports vLLM: ~20 s of CPU)."""
+    code, result = run_json(["eval", "perf", "--url", engines["old_a"].url,
+                             "--vllm-bench", vllm_python,
                              "--tokenizer", str(tiny_model), "--num-prompts", "6",
                              "--input-len", "16", "--output-len", "8", "--concurrency", "2",
                              "--max-slowdown", "0", "--json"], capsys)
