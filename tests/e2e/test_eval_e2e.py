@@ -56,7 +56,8 @@ def golden(engines: dict[str, VllmServer], tmp_path_factory: pytest.TempPathFact
     work = tmp_path_factory.mktemp("eval")
     out = work / "golden.jsonl"
     code = main(["eval", "record", "--url", engines["old_a"].url,
-                 "--prompts", str(write_prompts(work / "prompts.jsonl")), "-o", str(out)])
+                 "--prompts", str(write_prompts(work / "prompts.jsonl")), "-o", str(out),
+                 "--concurrency", "16"])
     assert code == 0
     return out
 
@@ -70,7 +71,7 @@ def run_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 def compare(golden: Path, url: str, capsys: pytest.CaptureFixture[str],
             *more: str) -> tuple[int, dict[str, Any]]:
     return run_json(["eval", "compare", "--golden", str(golden), "--url", url, "--json",
-                     *more], capsys)
+                     "--concurrency", "16", *more], capsys)  # batched: less CPU per request
 
 
 def test_golden_holds_greedy_answers_with_logprobs(golden: Path) -> None:
