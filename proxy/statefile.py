@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from typing import Any
+
+from proxy.atomic import write_text_atomic
 
 
 class StateFileError(RuntimeError):
@@ -51,22 +52,4 @@ class StateFile:
                 self._data[section] = value
             if self.path is None:
                 return
-            directory = os.path.dirname(os.path.abspath(self.path))
-            fd, tmp = tempfile.mkstemp(prefix=".state-", dir=directory)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(self._data, f, indent=1, sort_keys=True)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            write_text_atomic(self.path, json.dumps(self._data, indent=1, sort_keys=True))

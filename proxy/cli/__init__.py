@@ -17,7 +17,8 @@ from proxy import __version__
 from proxy.credentials import install_log_redaction
 
 # Order is the order shown in --help.
-SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutover", "gate")
+SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutover", "gate",
+                      "eval", "verify")
 
 
 def build_parser() -> argparse.ArgumentParser:

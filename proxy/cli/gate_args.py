@@ -9,9 +9,9 @@ if TYPE_CHECKING:
     from proxy.compare.gate import GateCriteria
 
 
-def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
-    group = parser.add_argument_group(title)
-    group.add_argument("--gate-min-samples", type=int, default=50, metavar="N",
+def add_match_arguments(group: argparse._ArgumentGroup, min_samples: int) -> None:
+    """The token-match rules, shared by the live gate and `eval compare`."""
+    group.add_argument("--gate-min-samples", type=int, default=min_samples, metavar="N",
                        help="deterministic requests compared before a verdict (default %(default)s)")
     group.add_argument("--gate-max-excess-divergence", type=float, default=0.05, metavar="F",
                        help="allowed match-rate drop below the baseline's (default %(default)s)")
@@ -19,6 +19,11 @@ def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
                        help="match rate needed without a baseline (default %(default)s)")
     group.add_argument("--gate-require-baseline", action="store_true",
                        help="no pass without old-vs-old noise measured on a baseline")
+
+
+def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
+    group = parser.add_argument_group(title)
+    add_match_arguments(group, min_samples=50)
     group.add_argument("--gate-min-coverage", type=float, default=0.5, metavar="F",
                        help="share of sampled requests that must have been mirrored (not shed "
                             "under load) for a pass (default %(default)s)")
@@ -51,3 +56,14 @@ def _ratio_limits() -> list[tuple[str, str, str, float]]:
     from proxy.compare.gate import GateCriteria
 
     return GateCriteria().ratio_limits()
+
+
+def match_criteria(args: argparse.Namespace, base: GateCriteria, **more: Any) -> GateCriteria:
+    """`base` with the token-match options of `add_match_arguments` (ValueError quoting)."""
+    from dataclasses import replace
+
+    return replace(base, min_samples=args.gate_min_samples,
+                   min_baseline_samples=min(base.min_baseline_samples, args.gate_min_samples),
+                   max_excess_divergence=args.gate_max_excess_divergence,
+                   min_match_rate=args.gate_min_match_rate,
+                   require_baseline=args.gate_require_baseline, **more)

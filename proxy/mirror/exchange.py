@@ -110,6 +110,7 @@ class Exchange:
         self.auth: CIMultiDict[str] = CIMultiDict()
         self._held: list[Upstream] = [routes.primary.acquire()]
         self._starter: asyncio.Task[None] | None = None
+        self.request_json: str | None = None  # kept only when the store keeps text
 
     def launch(self, path: str, headers: CIMultiDict[str], body: bytes,
                endpoint: Endpoint) -> None:
@@ -135,6 +136,10 @@ class Exchange:
             mirror.metrics.shadow_dropped.labels("malformed_json").inc()
             return
         self.meta = prepared.meta
+        store = mirror.store
+        if store is not None and store.sync.store_text:
+            # The operator asked for text: the request then replays (`eval record --records`).
+            self.request_json = body.decode("utf-8", "replace")
         headers = mirror_headers(headers)
         sides: tuple[tuple[Role, Upstream | None], ...] = (
             ("shadow", self.routes.shadow), ("baseline", self.routes.baseline))
@@ -280,6 +285,8 @@ class Exchange:
                    "urls": self.routes.urls()},
         )
         metrics.evidence.observe(record)
+        if self.request_json is not None:
+            record.extra["request"] = self.request_json
         if self.mirror.store is not None:
             self.mirror.store.put(record)
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 
+from proxy.atomic import write_text_atomic
 from proxy.compare.gate import GateCriteria, evaluate
 from proxy.cutover.control import EvidenceWindow
 from proxy.report.html import render_html
@@ -36,10 +36,7 @@ def write_report(
     """The text (or JSON) summary; with `html_path`, also writes the HTML file there."""
     report = report_from_db(db_path, criteria, window)
     if html_path:
-        tmp = f"{html_path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(render_html(report))
-        os.replace(tmp, html_path)
+        write_text_atomic(html_path, render_html(report))
     if as_json:
         return json.dumps(report_json(report), indent=2, sort_keys=True, default=str) + "\n"
     return render_text(report)

@@ -111,8 +111,6 @@ def _latency_series(report: Report, metric: str) -> list[Series]:
 
 def render_html(report: Report, title: str = "vllm-cutover report") -> str:
     gate = report.gate
-    color = VERDICT_COLORS.get(gate.verdict, "#555")
-    reasons = "".join(f"<li>{escape(r)}</li>" for r in gate.reasons)
     positions = [Series("new vs old", report.shadow.first_divergence, COLORS["shadow"])]
     if report.baseline is not None:
         positions.append(
@@ -136,15 +134,10 @@ def render_html(report: Report, title: str = "vllm-cutover report") -> str:
             "sampled",
         )
     )
-    generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
-<style>{_CSS}</style></head><body>
-<h1>{escape(title)}</h1>
-<p class="muted">{report.samples} mirrored requests ({report.deterministic} deterministic).
-Generated {generated}. {escape(versions_note(report))}.</p>
-<div class="verdict" style="background:{color}"><b>{escape(gate.verdict.upper())}</b>
-<ul>{reasons}</ul></div>
+    return page(title, f"""<p class="muted">{report.samples} mirrored requests \
+({report.deterministic} deterministic). Generated {generated_at()}. \
+{escape(versions_note(report))}.</p>
+{verdict_block(gate.verdict, gate.reasons)}
 <h2>Tokens (deterministic requests)</h2>
 <table><tr>{pair_head}</tr>{_pair_row("new vs old", report.shadow)}
 {_pair_row("baseline vs old (noise)", report.baseline)}</table>
@@ -155,6 +148,27 @@ Generated {generated}. {escape(versions_note(report))}.</p>
 {_roles_table(report.sampled)}
 <p>{escape(_length_test(report))}</p>
 <h2>Backends (all requests)</h2>
-{_roles_table(report.roles)}
+{_roles_table(report.roles)}""")
+
+
+def generated_at() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
+def verdict_block(verdict: str, reasons: list[str]) -> str:
+    """The coloured verdict box with its reasons."""
+    color = VERDICT_COLORS.get(verdict, "#555")
+    items = "".join(f"<li>{escape(r)}</li>" for r in reasons)
+    return (f'<div class="verdict" style="background:{color}"><b>{escape(verdict.upper())}'
+            f"</b>\n<ul>{items}</ul></div>")
+
+
+def page(title: str, body: str) -> str:
+    """A self-contained HTML page in the report's style."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
+<style>{_CSS}</style></head><body>
+<h1>{escape(title)}</h1>
+{body}
 </body></html>
 """

@@ -50,12 +50,15 @@ def vllm_servers(
     factory.close()
 
 
+def trio_specs(tiny_model: Path, tiny_models: Callable[..., Path]) -> list[VllmSpec]:
+    """The trio's specs: a suite that needs more servers starts them together with these."""
+    return [VllmSpec(tiny_model, "tiny"), VllmSpec(tiny_model, "tiny", replica=1),
+            VllmSpec(tiny_models(perturb=1), "tiny")]
+
+
 @pytest.fixture(scope="session")
 def trio(vllm_servers: VllmServerFactory, tiny_model: Path,
          tiny_models: Callable[..., Path]) -> Trio:
     """Three servers of the tiny model (`Trio`), started concurrently, shared by the suites."""
-    old_a, old_b, different = vllm_servers.start_many([
-        VllmSpec(tiny_model, "tiny"), VllmSpec(tiny_model, "tiny", replica=1),
-        VllmSpec(tiny_models(perturb=1), "tiny"),
-    ])
+    old_a, old_b, different = vllm_servers.start_many(trio_specs(tiny_model, tiny_models))
     return Trio(old_a, old_b, different)

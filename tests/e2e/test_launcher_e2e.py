@@ -13,13 +13,16 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from proxy.cli import main
+from tests.e2e.conftest import trio_specs
+from tests.e2e.eval_servers import cut_short_spec
 from tests.e2e.servers import (
     VLLM_ENV,
     ServerProcess,
@@ -31,6 +34,8 @@ from tests.e2e.servers import (
     process_environ,
     spawn,
 )
+from tests.e2e.vllm_servers import VllmServerFactory
+from tests.prometheus_server import PrometheusServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -131,6 +136,81 @@ def test_removed_env_var_is_not_passed_silently(launched: dict[str, Launched]) -
     assert "VLLM_NVFP4_GEMM_BACKEND" not in run.report["env"]
     assert "VLLM_NVFP4_GEMM_BACKEND" not in process_environ(run.server.pid)
     assert "VLLM_NVFP4_GEMM_BACKEND" in run.server.log_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def verify_golden(vllm_servers: VllmServerFactory, tiny_model: Path,
+                  tiny_models: Callable[..., Path],
+                  tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The old engine's answers (trio's old A, same model and dtype as the launched ones)."""
+    old_a = vllm_servers.start_many(trio_specs(tiny_model, tiny_models))[0]
+    work = tmp_path_factory.mktemp("verify")
+    prompts = work / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"the weather at sea {i}",
+                                           "max_tokens": 16}) + "\n" for i in range(40)))
+    golden = work / "golden.jsonl"
+    assert main(["eval", "record", "--url", old_a.url, "--prompts", str(prompts),
+                 "-o", str(golden)]) == 0
+    return golden
+
+
+def verify(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    code = main(["verify", "--json", *args])
+    result = json.loads(capsys.readouterr().out)
+    return code, {c["name"]: c for c in result["checks"]} | {"verdict": result["verdict"]}
+
+
+def test_verify_passes_the_engine_the_launcher_started(
+        launched: dict[str, Launched], verify_golden: Path, tmp_path: Path,
+        prometheus_server: PrometheusServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """Removed variable set, translated by the launcher: every applicable line passes."""
+    run = launched["removed_env"]
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(run.report))
+    instance = f"127.0.0.1:{run.port}"
+    prometheus_server.set_targets("verify", [instance])
+    prometheus_server.wait_for_targets("verify", 1)
+    prometheus_server.wait_until(f'count({{__name__=~"vllm:.+", instance="{instance}"}}) > 10')
+    code, lines = verify(["--url", run.server.url, "--expect-version", "0.32.0",
+                          "--golden", str(verify_golden), "--launch-report", str(report),
+                          "--log", str(run.server.log_path),
+                          "--prometheus", prometheus_server.url,
+                          "--gate-min-match-rate", "0.8"], capsys)  # tiny model: near-ties
+    assert (code, lines["verdict"]) == (0, "pass"), lines
+    assert lines["kernel"]["status"] == "pass"
+    assert "VLLM_NVFP4_GEMM_BACKEND" in lines["kernel"]["detail"]  # translated, named
+    assert "flashinfer_cutlass" in lines["kernel"]["detail"]
+    assert lines["golden"]["status"] == "pass" and "40 compared" in lines["golden"]["detail"]
+    assert lines["gpu"]["status"] == "n/a"
+    assert lines["prometheus"]["status"] == "pass" and lines["metrics"]["status"] == "pass"
+
+
+def test_verify_fails_the_kernel_line_of_a_direct_start(
+        launched: dict[str, Launched], vllm_servers: VllmServerFactory, tiny_model: Path,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same removed variable given to vLLM directly: it only warned, so the line fails,
+    with the launcher's report or without."""
+    direct = vllm_servers.start_many([cut_short_spec(tiny_model)])[0]
+    assert "Unknown vLLM environment variable detected: VLLM_NVFP4_GEMM_BACKEND" in \
+        direct.log_path.read_text(errors="replace")
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(launched["removed_env"].report))
+    for extra in ([], ["--launch-report", str(report)]):
+        code, lines = verify(["--url", direct.url, "--log", str(direct.log_path), *extra],
+                             capsys)
+        assert (code, lines["verdict"]) == (1, "fail")
+        assert lines["kernel"]["status"] == "fail"
+        assert "VLLM_NVFP4_GEMM_BACKEND" in lines["kernel"]["detail"]
+        assert lines["health"]["status"] == "pass"
+
+
+def test_verify_with_a_missing_report_exits_2(launched: dict[str, Launched], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.json"
+    assert main(["verify", "--url", launched["removed_env"].server.url,
+                 "--launch-report", str(missing)]) == 2
+    assert "nope.json" in capsys.readouterr().err
 
 
 def test_sigterm_reaches_vllm(launched: dict[str, Launched]) -> None:

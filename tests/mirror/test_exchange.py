@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -208,3 +209,19 @@ async def test_shadow_speaking_no_http_at_all(backend, proxy, make_config, settl
     assert _capture(record, "shadow").error in ("bad_response", "reset")
     server.close()
     await server.wait_closed()
+
+
+async def test_request_kept_only_with_store_text(backend, proxy, make_config, settle):
+    """`--store-text` keeps the request, so `eval record --records DB` can replay it."""
+    from proxy.mirror.config import StoreConfig
+
+    primary, shadow = await backend(), await backend()
+    for keep in (False, True):
+        client = await proxy(make_config(primary.url, shadow.url,
+                                         store=StoreConfig(db_path=":memory:", store_text=keep)))
+        resp = await client.post("/v1/completions", json=GREEDY)
+        await resp.read()
+        (record,) = await _records(client, settle)
+        assert ("request" in record.extra) is keep
+        if keep:
+            assert json.loads(record.extra["request"]) == GREEDY

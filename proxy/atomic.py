@@ -1,0 +1,30 @@
+"""Write a file so that readers see the old contents or the new, never half of it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, fsync it, rename it over `path`, and
+    fsync the directory (the rename itself survives a crash)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

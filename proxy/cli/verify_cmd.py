@@ -1,0 +1,75 @@
+"""`vllm-cutover verify`: the post-upgrade checklist against one engine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from proxy.cli.eval_cmd import EXIT_BAD_INPUT, add_replay_arguments, emit
+from proxy.cli.gate_args import add_match_arguments, match_criteria
+
+
+def _range(value: str) -> tuple[float, float]:
+    low, sep, high = value.partition(":")
+    try:
+        pair = (float(low), float(high)) if sep else (float("nan"), float("nan"))
+    except ValueError:
+        pair = (float("nan"), float("nan"))
+    if not 0 <= pair[0] <= pair[1] <= 100:
+        raise argparse.ArgumentTypeError(f"expected LOW:HIGH percent within 0..100, got {value!r}")
+    return pair
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "verify", help="post-upgrade checklist: up, version, kernel used, same tokens, metrics",
+        description="Each line pass / fail / n/a with the reason; exit 0 only when every "
+                    "applicable line passes.",
+        epilog="exit codes: 0 every applicable line passes, 1 a line fails, 2 bad input")
+    p.add_argument("--url", required=True, help="the engine's base URL")
+    p.add_argument("--expect-version", metavar="V", help="the vLLM version /version must report")
+    p.add_argument("--golden", metavar="GOLDEN",
+                   help="golden file of `eval record`: old requests must give the same tokens")
+    p.add_argument("--allow-model-mismatch", action="store_true",
+                   help="compare with a golden of another served model name")
+    p.add_argument("--launch-report", metavar="FILE",
+                   help="the launcher's `--report-json`: the NVFP4 backend it asked for")
+    log = p.add_mutually_exclusive_group()
+    log.add_argument("--log", metavar="FILE", help="the engine's startup log")
+    log.add_argument("--container", metavar="ID",
+                     help="read the startup log from this container (Docker SDK)")
+    p.add_argument("--prometheus", metavar="URL",
+                   help="a Prometheus scraping the engine: its target must be up with the series")
+    p.add_argument("--gpu-util-range", type=_range, metavar="LOW:HIGH",
+                   help="expected GPU utilisation in percent (NVML, or DCGM via --prometheus)")
+    add_replay_arguments(p)
+    add_match_arguments(p.add_argument_group("the golden line's verdict (as eval compare's)"),
+                        min_samples=20)
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from proxy.evaluate.checklist import VerifyOptions, run_checklist
+    from proxy.evaluate.jsonl import EvalInputError
+    from proxy.evaluate.judge import CompareCriteria
+    from proxy.evaluate.replaying import ReplaySettings
+
+    try:
+        opts = VerifyOptions(
+            url=args.url.rstrip("/"), expect_version=args.expect_version, golden=args.golden,
+            launch_report=args.launch_report, log_path=args.log, container=args.container,
+            prometheus=args.prometheus, gpu_util_range=args.gpu_util_range,
+            allow_model_mismatch=args.allow_model_mismatch,
+            replay=ReplaySettings(concurrency=args.concurrency, rate=args.rate,
+                                  timeout_s=args.timeout),
+            criteria=CompareCriteria(gate=match_criteria(args, CompareCriteria().gate)))
+        result = run_checklist(opts)
+    except (EvalInputError, ValueError) as exc:
+        print(f"vllm-cutover verify: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    width = max(len(c["name"]) for c in result["checks"])
+    text = "".join(f"{c['status'].upper():5} {c['name']:{width}}  {c['detail']}\n"
+                   for c in result["checks"]) + f"verdict: {result['verdict'].upper()}\n"
+    emit(result, args.json, text)
+    return 0 if result["verdict"] == "pass" else 1

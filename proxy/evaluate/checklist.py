@@ -1,0 +1,175 @@
+"""`verify`: the post-upgrade checklist, one line per check: pass, fail or n/a with why.
+
+A line that cannot be checked here (no GPU, no Prometheus given) is `n/a`, never a pass;
+the verdict passes only when every applicable line does. Each line runs on its own: an
+engine that is down fails its lines with the reason, the rest still report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.evaluate import observe
+from proxy.evaluate.jsonl import EvalInputError
+from proxy.evaluate.judge import CompareCriteria
+from proxy.evaluate.kernel_log import kernel_check, parse_log
+from proxy.evaluate.replaying import ReplaySettings
+
+Line = tuple[str, str]  # (status, detail)
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    url: str
+    expect_version: str | None = None
+    golden: str | None = None
+    launch_report: str | None = None
+    log_path: str | None = None
+    container: str | None = None
+    prometheus: str | None = None
+    gpu_util_range: tuple[float, float] | None = None
+    allow_model_mismatch: bool = False
+    replay: ReplaySettings = field(default_factory=ReplaySettings)
+    criteria: CompareCriteria = field(default_factory=CompareCriteria)
+
+
+def read_inputs(opts: VerifyOptions) -> tuple[str | None, dict[str, Any] | None]:
+    """The startup log and the launch report; EvalInputError (exit 2) when unreadable."""
+    report = None
+    if opts.launch_report is not None:
+        try:
+            with open(opts.launch_report, encoding="utf-8") as handle:
+                report = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise EvalInputError(f"--launch-report {opts.launch_report!r}: {exc}") from None
+        if not isinstance(report, dict) or "argv" not in report:
+            raise EvalInputError(f"--launch-report {opts.launch_report!r} is not a "
+                                 "`launch --report-json` document (no argv)")
+    log = None
+    if opts.log_path is not None:
+        try:
+            with open(opts.log_path, encoding="utf-8", errors="replace") as handle:
+                log = handle.read()
+        except OSError as exc:
+            raise EvalInputError(f"--log {opts.log_path!r}: {exc.strerror}") from None
+    elif opts.container is not None:
+        log = container_log(opts.container)
+    return log, report
+
+
+def container_log(container: str) -> str:
+    import docker  # lazy: only `verify --container` needs the Docker SDK
+
+    try:
+        data = docker.from_env().containers.get(container).logs()
+    except docker.errors.DockerException as exc:
+        raise EvalInputError(f"--container {container!r}: {exc}") from None
+    return bytes(data).decode("utf-8", "replace")
+
+
+def _engine_lines(opts: VerifyOptions) -> list[tuple[str, Line]]:
+    try:
+        status, _ = observe.http_get(opts.url + "/health")
+    except EvalInputError as exc:
+        return [(name, ("fail", str(exc))) for name in ("health", "models", "version")]
+    out = [("health", ("pass", "/health 200") if status == 200
+            else ("fail", f"/health answered HTTP {status}"))]
+    _, body = observe.http_get(opts.url + "/v1/models")
+    try:
+        models = [m["id"] for m in json.loads(body)["data"]]
+    except (ValueError, KeyError, TypeError):
+        models = []
+    out.append(("models", ("pass", f"serves {models}") if models
+                else ("fail", "/v1/models lists no model")))
+    status, body = observe.http_get(opts.url + "/version")
+    try:
+        version = str(json.loads(body)["version"]) if status == 200 else None
+    except (ValueError, KeyError, TypeError):
+        version = None
+    if opts.expect_version is None:
+        out.append(("version", ("n/a", f"reports {version}; no --expect-version given")))
+    elif version == opts.expect_version:
+        out.append(("version", ("pass", f"/version {version}")))
+    else:
+        out.append(("version", ("fail", f"/version {version}, expected {opts.expect_version}")))
+    return out
+
+
+def _golden_line(opts: VerifyOptions) -> Line:
+    if opts.golden is None:
+        return "n/a", "no --golden given"
+    from proxy.evaluate.golden import read_golden
+    from proxy.evaluate.replaying import compare_golden
+
+    result = compare_golden(read_golden(opts.golden), opts.url, None, opts.replay,
+                            opts.criteria, opts.allow_model_mismatch)
+    detail = (f"{result['compared']} compared, {result['diverged']} diverged, match rate "
+              f"{result['match_rate']}; " + "; ".join(
+                  r for r in result["reasons"] if not r.startswith("pass")))
+    return ("pass" if result["verdict"] == "pass" else "fail"), detail.rstrip("; ")
+
+
+def _gpu_line(opts: VerifyOptions) -> Line:
+    gpus = observe.nvml_gpus()
+    if gpus:
+        utils = [g["util_percent"] for g in gpus]
+        source = "NVML"
+    elif opts.prometheus is not None and (
+            utils := observe.prom_vector(opts.prometheus, "DCGM_FI_DEV_GPU_UTIL")):
+        source = "DCGM exporter via Prometheus"
+    else:
+        return "n/a", "no GPU seen (no NVML, no DCGM_FI_DEV_GPU_UTIL in Prometheus)"
+    shown = ", ".join(f"{u:.0f}%" for u in utils)
+    if opts.gpu_util_range is None:
+        return "n/a", f"{source}: {shown}; no --gpu-util-range given"
+    low, high = opts.gpu_util_range
+    ok = all(low <= u <= high for u in utils)
+    return ("pass" if ok else "fail"), f"{source}: {shown}, expected {low:g}..{high:g}%"
+
+
+def _metrics_line(opts: VerifyOptions) -> Line:
+    missing = observe.missing_series(set(observe.engine_samples(opts.url)))
+    if missing:
+        return "fail", f"{opts.url}/metrics lacks {missing}"
+    return "pass", f"{opts.url}/metrics has the {len(observe.REQUIRED_VLLM_SERIES)} vllm: series"
+
+
+def _prometheus_line(opts: VerifyOptions) -> Line:
+    if opts.prometheus is None:
+        return "n/a", "no --prometheus given"
+    instance = observe.instance_of(opts.url)
+    health = observe.prom_target_health(opts.prometheus, instance)
+    if not health:
+        return "fail", f"Prometheus {opts.prometheus} has no target with instance {instance}"
+    if "up" not in health:
+        return "fail", f"Prometheus target {instance} is {', '.join(health)}"
+    missing = observe.missing_series(observe.prom_series_names(opts.prometheus, instance))
+    if missing:
+        return "fail", f"target {instance} is up but Prometheus has no {missing}"
+    return "pass", f"target {instance} up; the vllm: series are in Prometheus"
+
+
+def run_checklist(opts: VerifyOptions) -> dict[str, Any]:
+    log, report = read_inputs(opts)
+    lines = _engine_lines(opts)
+
+    def kernel() -> Line:
+        if log is None:
+            return "n/a", "no --log or --container given"
+        return kernel_check(parse_log(log), report)
+
+    named: list[tuple[str, Callable[[], Line]]] = [
+        ("kernel", kernel), ("golden", lambda: _golden_line(opts)),
+        ("gpu", lambda: _gpu_line(opts)), ("metrics", lambda: _metrics_line(opts)),
+        ("prometheus", lambda: _prometheus_line(opts))]
+    for name, check in named:
+        try:
+            lines.append((name, check()))
+        except EvalInputError as exc:
+            lines.append((name, ("fail", str(exc))))
+    checks = [{"name": n, "status": s, "detail": d} for n, (s, d) in lines]
+    verdict = "pass" if all(c["status"] in ("pass", "n/a") for c in checks) else "fail"
+    return {"url": opts.url, "checks": checks, "verdict": verdict}

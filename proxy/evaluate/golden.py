@@ -1,0 +1,109 @@
+"""The golden file: the old engine's answers to a fixed request set (JSON Lines).
+
+Line 1 is a header (`{"golden": FORMAT, "engine": {...}, ...}`: the engine's URL,
+version and model); each further line one request with the answer as the proxy's
+`Capture` knows it (token ids, top logprobs, finish reason, length, timings). The
+request holds the user's prompt (it is their set); the answer's text is kept only
+with `--store-text`, token ids and top-k logprobs always (the comparison needs them).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.compare.types import Capture, Role
+from proxy.evaluate.client import Answer, EngineInfo
+from proxy.evaluate.jsonl import EvalInputError, read_objects, write_objects
+from proxy.evaluate.prompts import EvalRequest, endpoint_of
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class GoldenEntry:
+    request: EvalRequest
+    capture: Capture
+    started_s: float
+
+
+@dataclass(frozen=True)
+class Golden:
+    engine: EngineInfo
+    created_unix: float
+    entries: tuple[GoldenEntry, ...]
+
+
+def capture_json(cap: Capture, store_text: bool) -> dict[str, Any]:
+    return {
+        "status": cap.status, "error": cap.error, "finish_reason": cap.finish_reason,
+        "output_tokens": cap.output_tokens, "token_ids": cap.token_ids,
+        "top_logprobs": cap.top_logprobs, "sampled_tokens": cap.sampled_tokens,
+        "ttft_s": cap.ttft_s, "itl_s": cap.itl_s, "e2e_s": cap.e2e_s,
+        "text": cap.text if store_text else None,
+    }
+
+
+def capture_from_json(obj: dict[str, Any], role: Role, backend: str) -> Capture:
+    """A stored answer back as a Capture; KeyError/TypeError/ValueError on a bad shape."""
+    ids = obj["token_ids"]
+    top = obj.get("top_logprobs")
+    sampled = obj.get("sampled_tokens")
+    return Capture(
+        role=role, backend=backend, status=obj["status"], ttft_s=obj.get("ttft_s"),
+        itl_s=tuple(float(x) for x in obj.get("itl_s") or ()), e2e_s=obj.get("e2e_s"),
+        output_tokens=obj.get("output_tokens"), finish_reason=obj.get("finish_reason"),
+        text=obj.get("text") or "",
+        token_ids=None if ids is None else tuple(int(i) for i in ids),
+        top_logprobs=None if top is None else tuple(
+            {str(k): float(v) for k, v in (d or {}).items()} for d in top),
+        sampled_tokens=None if sampled is None else tuple(str(s) for s in sampled),
+        error=obj.get("error"),
+    )
+
+
+def write_golden(path: str, engine: EngineInfo, requests: list[EvalRequest],
+                 answers: list[Answer], store_text: bool) -> None:
+    header = {"golden": FORMAT, "created_unix": time.time(),
+              "engine": {"url": engine.url, "version": engine.version,
+                         "models": list(engine.models)}}
+    lines = [header]
+    for request, answer in zip(requests, answers, strict=True):
+        lines.append({"source": request.source, "endpoint": request.endpoint,
+                      "request": request.body, "started_s": round(answer.started_s, 6),
+                      "answer": capture_json(answer.capture, store_text)})
+    write_objects(path, lines)
+
+
+def read_golden(path: str) -> Golden:
+    """The golden file; EvalInputError names the line of anything malformed."""
+    rows = iter(read_objects(path, "golden file"))
+    first = next(rows, None)
+    if first is None:
+        raise EvalInputError(f"{path}: empty golden file")
+    number, header = first
+    if header.get("golden") != FORMAT or not isinstance(header.get("engine"), dict):
+        raise EvalInputError(f"{path}:{number}: not a golden file of format {FORMAT} "
+                             f"(header {str(header)[:80]!r}); record it with `eval record`")
+    eng = header["engine"]
+    engine = EngineInfo(str(eng.get("url")), eng.get("version"),
+                        tuple(str(m) for m in eng.get("models") or ()))
+    entries = []
+    for number, obj in rows:
+        source = f"{path}:{number}"
+        try:
+            body = obj["request"]
+            if not isinstance(body, dict):
+                raise TypeError("request is not an object")
+            endpoint = endpoint_of(body, source)
+            request = EvalRequest(endpoint, body, str(obj.get("source") or source))
+            capture = capture_from_json(obj["answer"], "primary", "golden")
+            entries.append(GoldenEntry(request, capture, float(obj.get("started_s") or 0.0)))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, EvalInputError):
+                raise
+            raise EvalInputError(f"{source}: malformed golden entry ({exc!r})") from None
+    if not entries:
+        raise EvalInputError(f"{path}: the golden file holds no requests")
+    return Golden(engine, float(header.get("created_unix") or 0.0), tuple(entries))

@@ -1,0 +1,195 @@
+"""`eval compare`'s verdict: new answers against the golden ones, request by request (no I/O).
+
+Three things can go wrong across an upgrade and each has its own check:
+- tokens: exact greedy match per request (the proxy's `compare`: first divergence, vLLM's
+  top-k closeness rule), judged by the live gate's own rules (`gate.evaluate`: a Wilson
+  interval against an absolute rate, or against the old-vs-old noise of a baseline);
+- lengths: answers that end early while their first tokens still match (FlashInfer NVFP4
+  answers shrinking to a third, flashinfer issue 3589) pass a look at the first tokens.
+  Requests are paired, so a Wilcoxon signed-rank test on new - old output tokens says
+  whether the shift is real and the ratio of total tokens says whether it matters;
+- finish reasons: `length` turning into `stop` (or back) per request, its rate with a
+  Wilson interval against a limit (plus the baseline's own rate).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, cast
+
+from proxy.compare.diff import compare
+from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts, VerdictName, evaluate
+from proxy.compare.request import request_meta
+from proxy.compare.stats import percentile, wilson_interval
+from proxy.compare.types import Capture, Comparison
+from proxy.evaluate.golden import GoldenEntry
+
+_SEVERITY: dict[VerdictName, int] = {"fail": 0, "inconclusive": 1, "pass": 2}
+MAX_LISTED = 50
+
+
+@dataclass(frozen=True)
+class CompareCriteria:
+    """Thresholds of `eval compare`; the token rules are the live gate's (`GateCriteria`)."""
+
+    gate: GateCriteria = field(default_factory=lambda: GateCriteria(
+        min_samples=20, min_baseline_samples=20, max_length_shift=None,
+        max_ttft_p50_ratio=None, max_ttft_p99_ratio=None,
+        max_tpot_p50_ratio=None, max_tpot_p99_ratio=None))
+    max_length_change: float = 0.10  # |new/old total output tokens - 1| allowed
+    max_finish_change: float = 0.05  # share of requests whose finish reason may change
+
+    def __post_init__(self) -> None:
+        for name in ("max_length_change", "max_finish_change"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name} must be within [0, 1], got {value!r}")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: VerdictName
+    detail: str
+
+
+def comparisons(golden: Sequence[GoldenEntry], answers: Sequence[Capture],
+                against: str) -> list[Comparison]:
+    out = []
+    for entry, cap in zip(golden, answers, strict=True):
+        meta = request_meta(entry.request.body, entry.request.endpoint)
+        assert meta is not None  # a golden request is a JSON object
+        out.append(compare(entry.capture, cap, meta, "baseline" if against == "baseline"
+                           else "shadow"))
+    return out
+
+
+def _ok(cap: Capture) -> bool:
+    return cap.error is None and not cap.cancelled and cap.status is not None \
+        and cap.status < 400 and cap.output_tokens is not None
+
+
+def length_stats(golden: Sequence[Capture], new: Sequence[Capture]) -> dict[str, Any]:
+    """Paired output lengths: ratio of totals, Wilcoxon signed-rank, quantiles."""
+    pairs = [(g.output_tokens or 0, n.output_tokens or 0)
+             for g, n in zip(golden, new) if _ok(g) and _ok(n)]
+    old = [p[0] for p in pairs]
+    newl = [p[1] for p in pairs]
+    diffs = [b - a for a, b in pairs]
+    p_value = 1.0
+    if any(diffs):
+        from scipy.stats import wilcoxon  # lazy: heavy import
+
+        p_value = float(wilcoxon(diffs).pvalue)
+    return {
+        "pairs": len(pairs), "old_total": sum(old), "new_total": sum(newl),
+        "ratio": sum(newl) / sum(old) if sum(old) else None,
+        "shorter": sum(d < 0 for d in diffs), "longer": sum(d > 0 for d in diffs),
+        "wilcoxon_p": p_value,
+        "old_quantiles": {f"p{q}": percentile(old, q) for q in (10, 50, 90)},
+        "new_quantiles": {f"p{q}": percentile(newl, q) for q in (10, 50, 90)},
+    }
+
+
+def _check_lengths(stats: dict[str, Any], base: dict[str, Any] | None,
+                   c: CompareCriteria) -> Check:
+    ratio = stats["ratio"]
+    if ratio is None:
+        return Check("lengths", "inconclusive", "no answer lengths to compare")
+    noise = abs(base["ratio"] - 1) if base is not None and base["ratio"] is not None else 0.0
+    limit = c.max_length_change + noise
+    text = (f"new/old output tokens {ratio:.3f} over {stats['pairs']} pairs "
+            f"({stats['shorter']} shorter, {stats['longer']} longer; Wilcoxon signed-rank "
+            f"p={stats['wilcoxon_p']:.3g}); allowed change {limit:.3f}")
+    if abs(ratio - 1) <= limit:
+        return Check("lengths", "pass", text)
+    if stats["wilcoxon_p"] < c.gate.alpha:
+        return Check("lengths", "fail", text + ": " + ("shorter" if ratio < 1 else "longer"))
+    return Check("lengths", "inconclusive", text + ": beyond it but not significant")
+
+
+def finish_stats(golden: Sequence[Capture], new: Sequence[Capture]) -> dict[str, Any]:
+    pairs = [(g.finish_reason, n.finish_reason) for g, n in zip(golden, new)
+             if _ok(g) and _ok(n)]
+    changes = Counter(f"{a}->{b}" for a, b in pairs if a != b)
+    return {"pairs": len(pairs), "changed": sum(changes.values()), "transitions": dict(changes)}
+
+
+def _check_finish(stats: dict[str, Any], base: dict[str, Any] | None, c: CompareCriteria) -> Check:
+    n, k = stats["pairs"], stats["changed"]
+    if n == 0:
+        return Check("finish_reasons", "inconclusive", "no answers to compare")
+    noise = base["changed"] / base["pairs"] if base is not None and base["pairs"] else 0.0
+    limit = min(1.0, c.max_finish_change + noise)
+    low, _ = wilson_interval(k, n, c.gate.confidence)
+    moves = ", ".join(f"{t} {v}" for t, v in sorted(stats["transitions"].items())) or "none"
+    text = f"finish reason changed in {k}/{n} ({moves}); limit {limit:.3f}"
+    if low > limit:
+        return Check("finish_reasons", "fail", text)
+    if k / n <= limit:
+        return Check("finish_reasons", "pass", text)
+    return Check("finish_reasons", "inconclusive", text + " (above, not significant)")
+
+
+def divergence_summary(cmps: Sequence[Comparison]) -> dict[str, Any]:
+    positions = [c.first_divergence for c in cmps
+                 if c.outcome == "diverged" and c.first_divergence is not None]
+    return {"count": len(positions), "min": min(positions, default=None),
+            "median": percentile([float(p) for p in positions], 50),
+            "max": max(positions, default=None), "positions": positions[:MAX_LISTED]}
+
+
+def judge(golden: Sequence[GoldenEntry], new: Sequence[Capture],
+          baseline: Sequence[Capture] | None, criteria: CompareCriteria) -> dict[str, Any]:
+    """The verdict and its evidence, as the JSON `eval compare --json` prints."""
+    old = [e.capture for e in golden]
+    new_cmps = comparisons(golden, new, "shadow")
+    base_cmps = comparisons(golden, baseline, "baseline") if baseline is not None else None
+    counts = MatchCounts.of(new_cmps, "shadow")
+    n = len(golden)
+    inputs = GateInputs(
+        new_vs_old=counts,
+        baseline_vs_old=None if base_cmps is None else MatchCounts.of(base_cmps, "baseline"),
+        requests={"primary": n, "shadow": n},
+        errors={"primary": sum(not _ok(c) for c in old), "shadow": sum(not _ok(c) for c in new)})
+    verdict = evaluate(inputs, criteria.gate)
+    lengths = length_stats(old, new)
+    base_lengths = None if baseline is None else length_stats(old, baseline)
+    finish = finish_stats(old, new)
+    base_finish = None if baseline is None else finish_stats(old, baseline)
+    checks = [Check("gate", *_split(r)) for r in verdict.reasons]
+    checks += [_check_lengths(lengths, base_lengths, criteria),
+               _check_finish(finish, base_finish, criteria)]
+    checks.sort(key=lambda c: _SEVERITY[c.status])
+    low, high = wilson_interval(counts.matched, counts.compared, criteria.gate.confidence)
+    return {
+        "verdict": checks[0].status,
+        "reasons": [f"{c.status}: {c.detail}" for c in checks],
+        "compared": counts.compared, "diverged": counts.diverged, "close": counts.close,
+        "match_rate": counts.match_rate, "match_rate_ci": [low, high],
+        "first_divergence": divergence_summary(new_cmps),
+        "lengths": lengths, "finish_reasons": finish,
+        "errors": inputs.errors,
+        "baseline": None if base_cmps is None else {
+            **asdict(MatchCounts.of(base_cmps, "baseline")),
+            "match_rate": MatchCounts.of(base_cmps, "baseline").match_rate,
+            "lengths": base_lengths, "finish_reasons": base_finish},
+        "gate": verdict.details.get("match"),
+        "requests": [_row(e, c, cap) for e, c, cap in zip(golden, new_cmps, new)][:MAX_LISTED],
+    }
+
+
+def _split(reason: str) -> tuple[VerdictName, str]:
+    status, _, detail = reason.partition(": ")
+    assert status in _SEVERITY
+    return cast(VerdictName, status), detail
+
+
+def _row(entry: GoldenEntry, cmp: Comparison, cap: Capture) -> dict[str, Any]:
+    return {"source": entry.request.source, "outcome": cmp.outcome,
+            "first_divergence": cmp.first_divergence, "close": cmp.close_match,
+            "old_tokens": entry.capture.output_tokens, "new_tokens": cap.output_tokens,
+            "old_finish": entry.capture.finish_reason, "new_finish": cap.finish_reason,
+            "reason": cmp.reason}

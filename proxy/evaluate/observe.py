@@ -1,0 +1,113 @@
+"""What an engine exposes besides answers: its `/metrics`, a Prometheus that scrapes it,
+the GPUs (NVML). Each reader returns data or raises EvalInputError naming the URL."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from proxy.evaluate.jsonl import EvalInputError
+
+# The engine series the Grafana dashboards and `eval memory` read (histograms and
+# counters match by prefix: _bucket/_sum/_count/_total).
+REQUIRED_VLLM_SERIES = (
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds", "vllm:generation_tokens", "vllm:cache_config_info",
+)
+
+
+def http_get(url: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return int(resp.status), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise EvalInputError(f"cannot reach {url}: {reason}") from None
+
+
+def engine_samples(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Sample name -> [(labels, value)] of the engine's `/metrics`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, body = http_get(url + "/metrics")
+    if status != 200:
+        raise EvalInputError(f"{url}/metrics answered HTTP {status}")
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    try:
+        for family in text_string_to_metric_families(body.decode("utf-8", "replace")):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    except ValueError as exc:
+        raise EvalInputError(f"{url}/metrics is not Prometheus text: {exc}") from None
+    return out
+
+
+def missing_series(names: set[str], required: tuple[str, ...] = REQUIRED_VLLM_SERIES) -> list[str]:
+    suffixes = ("", "_total", "_bucket", "_sum", "_count")
+    return [r for r in required if not any(r + s in names for s in suffixes)]
+
+
+def instance_of(url: str) -> str:
+    """host:port of an engine URL, as Prometheus labels its target's `instance`."""
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname}:{port}"
+
+
+def prom_api(prom_url: str, path: str, **params: str) -> Any:
+    query = urllib.parse.urlencode(params)
+    status, body = http_get(f"{prom_url.rstrip('/')}{path}" + (f"?{query}" if query else ""))
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        raise EvalInputError(f"{prom_url}{path} answered HTTP {status}, not JSON") from None
+    if status != 200 or doc.get("status") != "success":
+        raise EvalInputError(f"{prom_url}{path} answered HTTP {status}: {doc.get('error')}")
+    return doc["data"]
+
+
+def prom_target_health(prom_url: str, instance: str) -> list[str]:
+    """The health ("up", "down", "unknown") of each active target with this instance."""
+    data = prom_api(prom_url, "/api/v1/targets", state="active")
+    return [t.get("health", "unknown") for t in data.get("activeTargets", [])
+            if t.get("labels", {}).get("instance") == instance]
+
+
+def prom_series_names(prom_url: str, instance: str) -> set[str]:
+    expr = f'count by (__name__) ({{__name__=~"vllm:.+", instance="{instance}"}})'
+    result = prom_api(prom_url, "/api/v1/query", query=expr)["result"]
+    return {r["metric"]["__name__"] for r in result}
+
+
+def prom_vector(prom_url: str, expr: str) -> list[float]:
+    return [float(r["value"][1]) for r in prom_api(prom_url, "/api/v1/query", query=expr)["result"]]
+
+
+def nvml_gpus() -> list[dict[str, Any]] | None:
+    """Per GPU: index, name, utilisation %, memory used/total bytes; None without NVML."""
+    try:
+        import pynvml  # optional: nvidia-ml-py (torch's CUDA wheels bring it)
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            util = pynvml.nvmlDeviceGetUtilizationRates(handle)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            out.append({"index": i, "name": str(pynvml.nvmlDeviceGetName(handle)),
+                        "util_percent": float(util.gpu), "memory_used_bytes": int(mem.used),
+                        "memory_total_bytes": int(mem.total)})
+        return out
+    finally:
+        pynvml.nvmlShutdown()

@@ -1,0 +1,99 @@
+"""Bad input to `eval`: line numbers, refusals, nothing half-written (no engine needed)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import main
+from proxy.compare.types import Capture, ExchangeRecord, RequestMeta
+from proxy.evaluate.golden import read_golden
+from proxy.evaluate.jsonl import EvalInputError
+from proxy.evaluate.perplexity import Scored, paired_delta, windows
+from proxy.evaluate.prompts import read_prompts
+from proxy.evaluate.records import read_record_requests
+from proxy.store import SqliteStore
+
+
+def test_malformed_prompt_line_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a"}\n\n{"prompt": "b"\n')
+    with pytest.raises(EvalInputError, match=r"p.jsonl:3: not JSON"):
+        read_prompts(str(path), logprobs=5, max_tokens=8)
+    path.write_text('{"prompt": "a"}\n{"input": "b"}\n')
+    with pytest.raises(EvalInputError, match=r"p.jsonl:2: a request needs 'prompt'.*'input'"):
+        read_prompts(str(path), logprobs=5, max_tokens=8)
+
+
+def test_prompts_become_greedy_streamed_with_logprobs(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "a", "temperature": 0.8, "top_p": 0.9}) + "\n"
+                    + json.dumps({"messages": [], "max_tokens": 3}) + "\n")
+    completion, chat = read_prompts(str(path), logprobs=4, max_tokens=16)
+    assert completion.body == {"prompt": "a", "temperature": 0, "stream": True,
+                               "stream_options": {"include_usage": True},
+                               "return_token_ids": True, "max_tokens": 16, "logprobs": 4}
+    assert (chat.endpoint, chat.body["logprobs"], chat.body["top_logprobs"],
+            chat.body["max_tokens"]) == ("chat", True, 4, 3)
+
+
+def test_golden_not_ours_or_broken_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "g.jsonl"
+    path.write_text('{"prompt": "a"}\n')
+    with pytest.raises(EvalInputError, match="g.jsonl:1: not a golden file"):
+        read_golden(str(path))
+    path.write_text('{"golden": 1, "engine": {"url": "u"}}\n{"request": {"prompt": "a"}}\n')
+    with pytest.raises(EvalInputError, match=r"g.jsonl:2: malformed golden entry"):
+        read_golden(str(path))
+
+
+def test_compare_with_malformed_golden_exits_2(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "g.jsonl"
+    path.write_text('{"golden": 1, "engine": {}}\nnot json\n')
+    html = tmp_path / "out.html"
+    assert main(["eval", "compare", "--golden", str(path), "--url", "http://127.0.0.1:9",
+                 "--html", str(html)]) == 2
+    assert "g.jsonl:2: not JSON" in capsys.readouterr().err
+    assert not html.exists()
+
+
+def test_records_without_text_are_refused_with_the_flag_named(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.db")
+    meta = RequestMeta("completions", True, True, "0" * 64, 1, 8)
+    cap = Capture("primary", "p", 200, 0.1, (), 0.2, 2, "length", "", (1, 2))
+    store = SqliteStore(db)
+    store.write([ExchangeRecord("a", 1.0, meta, (cap,), ())])
+    with pytest.raises(EvalInputError, match="--store-text"):
+        read_record_requests(db, logprobs=5, max_tokens=8)
+    store.write([ExchangeRecord("b", 2.0, meta, (cap,), (),
+                                {"request": json.dumps({"prompt": "hi", "model": "m"})})])
+    store.close()
+    (request,) = read_record_requests(db, logprobs=5, max_tokens=8)
+    assert request.body["prompt"] == "hi" and request.body["temperature"] == 0
+
+
+def test_windows_score_every_token_after_the_first_once() -> None:
+    ids = list(range(23))
+    wins = windows(ids, max_len=8)  # windows of 7 tokens, each opening on the last one
+    scored = [t for w in wins for t in w[1:]]
+    assert scored == ids[1:]
+    assert all(len(w) <= 7 for w in wins)
+    assert windows([5], 8) == []
+    with pytest.raises(EvalInputError):
+        windows(ids, 2)
+
+
+def test_paired_delta_interval_covers_a_shift() -> None:
+    tokens = (10,) * 30
+    old = Scored("a", None, "x", tuple(20.0 + (i % 5) for i in range(30)), tokens)
+    new = Scored("b", None, "x", tuple(20.5 + (i % 5) for i in range(30)), tokens)
+    delta = paired_delta(old, new, 0.95, 500)
+    expected = new.perplexity - old.perplexity
+    assert delta["value"] == pytest.approx(expected)
+    assert expected == pytest.approx(old.perplexity * (math.exp(0.05) - 1))
+    low, high = delta["ci"]
+    assert 0 < low <= expected <= high
