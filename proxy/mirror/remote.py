@@ -31,8 +31,25 @@ from proxy.mirror.admission import Admission
 from proxy.mirror.config import ProxyConfig
 from proxy.mirror.ipc import Channel
 from proxy.mirror.load import LoopLoad, WorkerBacklog
+from proxy.mirror.messages import (
+    SCHEMA,
+    AdmissionCounts,
+    Bye,
+    Call,
+    Chunks,
+    Configure,
+    Done,
+    End,
+    Progress,
+    Query,
+    Ready,
+    Reply,
+    Shutdown,
+    Start,
+)
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.routing import Routes, Upstream
+from proxy.tasks import start_task
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +116,7 @@ class WorkerLink:
         self.load = LoopLoad()
         channel = self.channel = Channel(self._message, self._lost)
         await loop.create_unix_connection(lambda: channel, sock=parent)
-        self._send(("config", self.config, logging.getLogger().getEffectiveLevel()))
+        self._send(Configure(SCHEMA, self.config, logging.getLogger().getEffectiveLevel()))
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), READY_TIMEOUT_S)
         except asyncio.TimeoutError:
@@ -110,10 +127,10 @@ class WorkerLink:
         log.info("capture worker started (pid %d, %s, CPUs %s)", self.process.pid,
                  self.scheduling, ",".join(map(str, self.cpus)) if self.cpus else "inherited")
 
-    def send(self, message: tuple[Any, ...]) -> bool:
+    def send(self, message: object) -> bool:
         return self.ready and self._send(message)
 
-    def _send(self, message: tuple[Any, ...]) -> bool:
+    def _send(self, message: object) -> bool:
         channel = self.channel
         size = channel.send(message) if channel is not None else 0
         if size:
@@ -124,7 +141,7 @@ class WorkerLink:
         """What the worker was sent has waited over `max_delay_s` (or piles up)."""
         return self.backlog.behind(time.monotonic(), max_delay_s, MAX_CHANNEL_BYTES)
 
-    async def call(self, name: str, *args: Any, timeout_s: float = 60.0) -> Any:
+    async def call(self, query: Query, timeout_s: float = 60.0) -> Any:
         """Ask the worker (gate, aggregates, records, metrics); WorkerUnavailable if it can't."""
         if not self.ready:
             raise WorkerUnavailable("the capture worker is not running (restarting)")
@@ -132,36 +149,38 @@ class WorkerLink:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = future
         try:
-            if not self.send(("call", call_id, name, args)):
+            if not self.send(Call(call_id, query)):
                 raise WorkerUnavailable("the capture worker is not running (restarting)")
             return await asyncio.wait_for(future, timeout_s)
         except asyncio.TimeoutError:
-            raise WorkerUnavailable(f"the capture worker did not answer {name!r} in "
+            raise WorkerUnavailable(f"the capture worker did not answer {type(query).__name__} in "
                                     f"{timeout_s:.0f} s") from None
         finally:
             self._calls.pop(call_id, None)
 
-    def _message(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "done":
-            self._on_done(message[1])
-        elif kind == "reply":
-            future = self._calls.get(message[1])
+    def _message(self, message: object) -> None:
+        if isinstance(message, Done):
+            self._on_done(message.xid)
+        elif isinstance(message, Reply):
+            future = self._calls.get(message.call_id)
             if future is not None and not future.done():
-                if message[2]:
-                    future.set_result(message[3])
+                if message.ok:
+                    future.set_result(message.value)
                 else:
-                    future.set_exception(RuntimeError(message[3]))
-        elif kind == "progress":
-            self.backlog.handled(message[1])
-            self.load.lag_s, self.load.busy = message[2], message[3]
-        elif kind == "ready":
-            self.scheduling = message[1]
-            self.backlog.handled(message[2])
+                    future.set_exception(RuntimeError(message.value))
+        elif isinstance(message, Progress):
+            self.backlog.handled(message.handled_bytes)
+            self.load.lag_s, self.load.busy = message.loop_lag_s, message.loop_busy
+        elif isinstance(message, Ready):
+            self.scheduling = message.scheduling
+            self.backlog.handled(message.handled_bytes)
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
-        elif kind == "bye" and self._bye is not None and not self._bye.done():
-            self._bye.set_result(message[1])
+        elif isinstance(message, Bye):
+            if self._bye is not None and not self._bye.done():
+                self._bye.set_result(message.cancelled)
+        else:
+            log.error("capture worker sent an unexpected %s", type(message).__name__)
 
     def _lost(self, exc: Exception | None) -> None:
         self.ready = False
@@ -177,8 +196,7 @@ class WorkerLink:
             return
         log.error("capture worker (pid %s) exited unexpectedly; mirroring pauses until it "
                   "is started again", self.pid)
-        self._restarter = asyncio.get_running_loop().create_task(self._restart(),
-                                                                 name="worker-restart")
+        self._restarter = start_task(self._restart(), "worker-restart")
 
     async def _restart(self) -> None:
         if self.process is not None:
@@ -204,7 +222,7 @@ class WorkerLink:
         if process is None:
             return 0
         cancelled = 0
-        if channel is not None and self.ready and self._send(("shutdown",)) \
+        if channel is not None and self.ready and self._send(Shutdown()) \
                 and self._bye is not None:
             try:
                 cancelled = await asyncio.wait_for(asyncio.shield(self._bye), timeout_s + 10.0)
@@ -232,12 +250,12 @@ class RemoteExchange:
                  "times", "xid")
 
     def __init__(self, link: WorkerLink, xid: int, routes: Routes, held: list[Upstream],
-                 start: tuple[Any, ...]) -> None:
+                 start: Start) -> None:
         self.link = link
         self.xid = xid
         self.routes = routes
         self.held = held
-        self.start: tuple[Any, ...] | None = start
+        self.start: Start | None = start
         self.gone = False  # ended, or lost with the worker: nothing more to send
         self.content_type = ""
         self.payloads: list[bytes] = []
@@ -262,7 +280,7 @@ class RemoteExchange:
         self.size += len(payload)
         if self.size >= FLUSH_BYTES:
             self.send_start()
-            self.link.send(("chunks", self.xid, self.content_type, self.payloads, self.times))
+            self.link.send(Chunks(self.xid, self.content_type, self.payloads, self.times))
             self.payloads, self.times, self.size = [], [], 0
 
     def primary_done(self, result: RelayResult) -> None:
@@ -270,9 +288,9 @@ class RemoteExchange:
             return
         self.send_start()
         error = result.error or ("capture_failed" if result.capture_failed else None)
-        self.link.send(("end", self.xid, self.content_type, self.payloads, self.times,
-                        result.status, error, result.cancelled,
-                        result.t_end or perf_counter()))
+        self.link.send(End(self.xid, self.content_type, self.payloads, self.times,
+                           result.status, error, result.cancelled,
+                           result.t_end or perf_counter()))
         self.payloads, self.times = [], []
 
 
@@ -303,10 +321,10 @@ class RemoteMirror(Admission):
             return None
         xid = next(self._xids)
         shadow, baseline = routes.shadow, routes.baseline
-        start = ("start", xid, routes.version, routes.primary.url,
-                 shadow.url if shadow is not None else None,
-                 baseline.url if baseline is not None else None,
-                 path, list(headers.items()), body, endpoint, time.time(), perf_counter())
+        start = Start(xid, routes.version, routes.primary.url,
+                      shadow.url if shadow is not None else None,
+                      baseline.url if baseline is not None else None,
+                      path, list(headers.items()), body, endpoint, time.time(), perf_counter())
         held = [u.acquire() for u in (routes.primary, shadow, baseline) if u is not None]
         exchange = self.exchanges[xid] = RemoteExchange(link, xid, routes, held, start)
         self.inflight += 1
@@ -335,7 +353,7 @@ class RemoteMirror(Admission):
 
     def flush_admission(self) -> None:
         rows = self.tally.take()
-        if rows and not self.link.send(("admission", time.time(), rows)):
+        if rows and not self.link.send(AdmissionCounts(time.time(), rows)):
             self.tally.give_back(rows)  # the worker is down: with the next flush
 
     async def close(self, drain_timeout_s: float) -> int:
