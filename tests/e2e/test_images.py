@@ -62,6 +62,13 @@ def test_compose_stacks_are_valid(name: str, services: tuple[str, ...]) -> None:
     for engine in ("old-vllm", "new-vllm"):
         service = config["services"][engine]
         assert service.get("shm_size") or service.get("ipc") == "host", service
+    # Out of the box, old vs new compares two real versions, not an image with itself.
+    tags = [config["services"][e]["image"].rsplit(":", 1)[1] for e in ("old-vllm", "new-vllm")]
+    assert [t.lstrip("v") for t in tags] == ["0.10.2", "0.32.0"]
+    pinned = _compose_config(name, {**COMPOSE_ENV, "OLD_VLLM_IMAGE": "vllm/vllm-openai:v0.11.2",
+                                    "NEW_VLLM_IMAGE": "vllm/vllm-openai:v0.33.0"})
+    assert [yaml.safe_load(pinned.stdout)["services"][e]["image"] for e in
+            ("old-vllm", "new-vllm")] == ["vllm/vllm-openai:v0.11.2", "vllm/vllm-openai:v0.33.0"]
     if name == "production.yml":
         gpus = [config["services"][e]["deploy"]["resources"]["reservations"]["devices"][0]
                 for e in ("old-vllm", "new-vllm")]
