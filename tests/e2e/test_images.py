@@ -1,6 +1,7 @@
-"""Our images, built from host-made wheels: the sidecar answers `--help`, the sim serves
-completions, and the vLLM image runs a user's old bare-argument container command through
-the launcher to a completion.
+"""Our images: the sidecar answers `--help`, the sim serves completions, and the vLLM
+image runs a user's old bare-argument container command through the launcher to a
+completion (all built offline, from host-made wheels); and the plain `docker build` of
+each small image from a fresh clone, pip reaching the package index inside the build.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.images import ImageBuilder
+from tests.e2e.images import HOST_CA_BUNDLE, ImageBuilder
 from tests.e2e.resources import skip_or_fail
 from tests.e2e.servers import HOST, complete, http_ok
 
@@ -87,6 +88,29 @@ def test_compose_stacks_ask_for_the_socket_group() -> None:
 def _run_help(client: Any, image: str) -> str:
     output = client.containers.run(image, ["--help"], remove=True, stdout=True, stderr=True)
     return bytes(output).decode(errors="replace")
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "dockerfile", "expected"), [
+    ("sidecar", "Dockerfile", "--primary"),
+    ("sim", "images/sim/Dockerfile", "--ttft-ms"),
+])
+def test_plain_build_from_a_fresh_clone(docker_client: Any, cutover_images: ImageBuilder,
+                                        name: str, dockerfile: str, expected: str) -> None:
+    """No wheels made beforehand: `docker build` alone (the CA file is this machine's way
+    to the index; a user with a registry passes nothing)."""
+    if not HOST_CA_BUNDLE.is_file():
+        skip_or_fail(f"no CA bundle at {HOST_CA_BUNDLE}")
+    image = cutover_images.plain(name, dockerfile)
+    text = _run_help(docker_client, image)
+    assert expected in text, text
+    # The CA file and the source stayed in the build stage.
+    probe = docker_client.containers.run(
+        image, ["-c", "import os; print(os.path.exists('/src'), os.path.exists('/tmp/src'))"],
+        entrypoint=["python3"], remove=True)
+    assert probe.decode().split() == ["False", "False"]
 
 
 @pytest.mark.e2e
