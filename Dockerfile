@@ -19,9 +19,12 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${BASE_IMAGE} AS build
 ARG OFFLINE=
 ARG CA_BUNDLE=
+# Dependencies first, in a layer a change of our code keeps (CA files land beside them).
+COPY pyproject.toml images/install-cutover.sh .build-cert[s] /deps/
+RUN python3 -m venv /opt/cutover && CERT_DIR=/deps DEPS_ONLY=1 \
+    sh /deps/install-cutover.sh "/opt/cutover/bin/pip install" /deps - "[fast]"
 COPY . /src
-RUN python3 -m venv /opt/cutover \
- && sh /src/images/install-cutover.sh "/opt/cutover/bin/pip install" /src /src/.whl "[fast]"
+RUN sh /src/images/install-cutover.sh "/opt/cutover/bin/pip install" /src /src/.whl "[fast]"
 
 FROM ${BASE_IMAGE}
 ARG CUTOVER_UID=10001

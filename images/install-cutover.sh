@@ -6,6 +6,7 @@
 # CA_BUNDLE (build arg): a file of the context's .build-certs/ that pip trusts for the
 # index (a TLS-intercepting proxy), read from CERT_DIR (default SOURCE_DIR/.build-certs).
 # NO_DEPS=1: our package alone (an image whose Python already has what the launcher needs).
+# DEPS_ONLY=1: only the dependencies (SOURCE_DIR needs only pyproject.toml then).
 set -eu
 pip_install="$1" source_dir="$2" wheel_dir="$3" extras="${4:-}"
 export PIP_NO_CACHE_DIR=1 UV_NO_CACHE=1
@@ -15,6 +16,18 @@ if [ -n "${CA_BUNDLE:-}" ]; then
     cert="${CERT_DIR:-$source_dir/.build-certs}/$CA_BUNDLE"
     [ -f "$cert" ] || { echo "CA_BUNDLE=$CA_BUNDLE: no $cert in the build context" >&2; exit 2; }
     export PIP_CERT="$cert" SSL_CERT_FILE="$cert"
+fi
+if [ "${DEPS_ONLY:-}" = 1 ]; then
+    # The dependencies alone, in a layer of their own that a change of our code keeps:
+    # a stub package with our pyproject.toml. Offline, the wheels come in one step.
+    [ "${OFFLINE:-}" = 1 ] && exit 0
+    stub="$(mktemp -d)"
+    cp "$source_dir/pyproject.toml" "$stub/"
+    mkdir "$stub/proxy" && touch "$stub/proxy/__init__.py" "$stub/README.md"
+    # shellcheck disable=SC2086
+    $pip_install "$@" "$stub$extras"
+    rm -rf "$stub"
+    exit 0
 fi
 if [ "${OFFLINE:-}" = 1 ]; then
     ls "$wheel_dir"/vllm_cutover-*.whl >/dev/null 2>&1 \

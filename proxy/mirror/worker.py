@@ -23,7 +23,6 @@ import asyncio
 import dataclasses
 import gc
 import logging
-import os
 import signal
 import socket
 import sys
@@ -61,6 +60,7 @@ from proxy.mirror.messages import (
     Start,
     WindowGateQuery,
 )
+from proxy.mirror.priority import lower_priority
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.routing import Router, Routes, make_pool_factory
 from proxy.mirror.verdict import current_verdict, evaluate_window, refresh_verdict_forever
@@ -72,7 +72,6 @@ log = logging.getLogger(__name__)
 LOST_PARENT_DRAIN_S = 5.0  # the proxy died: finish what is in flight, briefly
 PROGRESS_REPORT_S = 0.2  # how often the worker tells the proxy how far it has got
 NO_CAP = 1 << 30  # the proxy already applied the in-flight cap and the overload shedding
-NICE = 10  # --worker-priority nice: a tenth of a nice-0 process's CPU share when both want it
 
 
 class _Pending:
@@ -295,27 +294,6 @@ async def serve(sock: socket.socket, scheduling: str = "normal") -> None:
     if worker is not None:
         worker.stop(LOST_PARENT_DRAIN_S)  # no-op after a shutdown message
         await worker.stopped
-
-
-def lower_priority(priority: str) -> str:
-    """Yield the CPU to the relay: capture must not delay a client.
-
-    nice: nice 10, a tenth of the CPU share of a nice-0 process (the relay, the engines)
-    when both want it, but never nothing: on a host whose CPUs vLLM's processes keep
-    busy the worker still keeps up with light traffic. idle: Linux SCHED_IDLE, only CPU
-    time nothing else wants; there the worker falls behind and the proxy sheds mirrors.
-    """
-    if priority == "nice":
-        os.nice(NICE)
-        return f"nice {NICE}"
-    if priority == "idle":
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            return "SCHED_IDLE"
-        except (AttributeError, OSError):  # not Linux
-            os.nice(19)
-            return "nice 19"
-    return "normal"
 
 
 def main(argv: list[str] | None = None) -> int:
