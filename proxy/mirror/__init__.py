@@ -6,6 +6,6 @@ request: shadow.fetch_capture, token ids, compare, record); http1 (the lean upst
 client both lanes use); routing (run-time routes, pools per lane), admin (routes,
 swap, gate, stats, records, /metrics), route_state (routes as JSON, persisted and
 restored), control (what a cutover acts through), verdict (gate off the loop), server
-(listeners, signals, graceful shutdown); remote, worker, ipc and messages (the capture
-worker, its channel and the typed messages on it). Background tasks: `proxy.tasks`.
+(listeners, signals, graceful shutdown); remote, link, worker, ipc and messages (the
+capture worker, its channel and the typed messages on it). Background tasks: `proxy.tasks`.
 """

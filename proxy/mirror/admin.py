@@ -31,8 +31,9 @@ from proxy.mirror.app import (
     TASKS_KEY,
 )
 from proxy.mirror.control import MirrorControl
+from proxy.mirror.link import WorkerUnavailable
 from proxy.mirror.load import LoopLoad
-from proxy.mirror.remote import RemoteMirror, WorkerUnavailable
+from proxy.mirror.remote import RemoteMirror
 from proxy.mirror.route_state import ROUTE_KEYS, routes_from_json
 
 log = logging.getLogger(__name__)

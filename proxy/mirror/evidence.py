@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from proxy.compare.gate import GateCriteria
 from proxy.cutover.control import EvidenceWindow
 from proxy.metrics import ProxyMetrics, merge_expositions
+from proxy.mirror.link import WorkerLink, WorkerUnavailable
 from proxy.mirror.messages import (
     AggregatesQuery,
     GateQuery,
@@ -21,7 +22,6 @@ from proxy.mirror.messages import (
     RecordsQuery,
     WindowGateQuery,
 )
-from proxy.mirror.remote import WorkerLink, WorkerUnavailable
 from proxy.mirror.verdict import current_verdict, evaluate_window
 from proxy.store import RecordStore, SqliteStore, records_page
 
