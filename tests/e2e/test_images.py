@@ -280,17 +280,20 @@ def test_vllm_production_image_puts_the_launcher_in_the_images_python(
     docker_client.images.build(
         fileobj=io.BytesIO(VLLM_STAND_IN.format(sidecar=cutover_images.sidecar()).encode()),
         tag=stand_in, rm=True)
-    image = cutover_images.vllm_production(stand_in)
-    config = docker_client.images.get(image).attrs["Config"]
-    assert config["Entrypoint"] == ["vllm-cutover", "launch", "--"]
-    old_command = ["--model", "/models/m", "--quantization", "nvfp4", "--fp4-gemm-backend",
-                   "cutlass"]
-    output = docker_client.containers.run(
-        image, old_command, entrypoint=LAUNCH_DRY_RUN, remove=True, stdout=True, stderr=True,
-    ).decode()
-    assert "VLLM_NVFP4_GEMM_BACKEND=flashinfer-cutlass /opt/cutover/bin/python3 -m " \
-           "vllm.entrypoints.openai.api_server --model /models/m" in output, output
-    assert "--fp4-gemm-backend cutlass -> VLLM_NVFP4_GEMM_BACKEND" in output
+    offline = cutover_images.vllm_production(stand_in)
+    plain = cutover_images.plain("vllm-production", "images/vllm/Dockerfile.gpu",
+                                 {"VLLM_IMAGE": stand_in})  # our source, built in the image
+    for image in (offline, plain):
+        config = docker_client.images.get(image).attrs["Config"]
+        assert config["Entrypoint"] == ["vllm-cutover", "launch", "--"]
+        old_command = ["--model", "/models/m", "--quantization", "nvfp4", "--fp4-gemm-backend",
+                       "cutlass"]
+        output = docker_client.containers.run(
+            image, old_command, entrypoint=LAUNCH_DRY_RUN, remove=True, stdout=True,
+            stderr=True).decode()
+        assert "VLLM_NVFP4_GEMM_BACKEND=flashinfer-cutlass /opt/cutover/bin/python3 -m " \
+               "vllm.entrypoints.openai.api_server --model /models/m" in output, output
+        assert "--fp4-gemm-backend cutlass -> VLLM_NVFP4_GEMM_BACKEND" in output
 
 
 @pytest.mark.e2e
