@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -31,7 +32,17 @@ TORCH_VERSION = "2.13.0"
 BASE_IMAGE_ENV = "VLLM_CUTOVER_BASE_IMAGE"
 DEFAULT_BASE_IMAGE = "local/debian-python:bookworm"
 TAG_PREFIX = "vllm-cutover-test"
-HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def host_ca_bundle() -> Path | None:
+    """The CA bundle this machine's pip trusts (PIP_CERT, pip's config, then OpenSSL's)."""
+    candidates = [os.environ.get("PIP_CERT", "")]
+    done = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.cert"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    candidates.append(done.stdout.strip() if done.returncode == 0 else "")
+    paths = ssl.get_default_verify_paths()
+    candidates += [paths.cafile or "", paths.openssl_cafile]
+    return next((Path(c) for c in candidates if c and Path(c).is_file()), None)
 
 
 def clone_files() -> list[str]:
@@ -135,9 +146,12 @@ class ImageBuilder:
         """`dockerfile` built from a clone with no wheels made beforehand: pip installs from
         the package index inside the build (trusting this machine's CA bundle)."""
         context = clone_context(self.work_dir / f"ctx-plain-{name}")
+        bundle = host_ca_bundle()
+        if bundle is None:
+            skip_or_fail("no CA bundle for pip found (PIP_CERT, pip config, OpenSSL)")
         certs = context / ".build-certs"
         certs.mkdir()
-        shutil.copy2(HOST_CA_BUNDLE, certs / "ca.crt")
+        shutil.copy2(bundle, certs / "ca.crt")
         assert not (context / ".whl").exists() and not (context / "wheelhouse").exists()
         return self._build(f"plain-{name}", context / dockerfile, context,
                            {"CA_BUNDLE": "ca.crt", **(buildargs or {})})
