@@ -1,8 +1,11 @@
 # The sidecar: `vllm-cutover proxy` in front of the old (primary) and new (shadow) vLLM;
 # with `--driver docker` it also runs the container cutover.
-#   pip wheel -w .whl ".[fast]" && docker build -t vllm-cutover .
-# Only the wheels in .whl/ are installed (--no-index): the build needs no registry.
-# See compose/ for the sidecar beside an old and a new vLLM.
+#   docker build -t vllm-cutover .                  # from a clone: pip reaches the index
+#   pip wheel -w .whl ".[fast]" && docker build --build-arg OFFLINE=1 -t vllm-cutover .
+#                                                   # offline: only the wheels in .whl/
+# Build args: BASE_IMAGE; OFFLINE=1; CA_BUNDLE=FILE, a CA bundle put in .build-certs/
+# that pip trusts for the index (build stage only, not in the image). See
+# images/install-cutover.sh, and compose/ for the sidecar beside an old and a new vLLM.
 #
 # It runs as uid 10001, not root. The Docker socket is root on the host: give the sidecar
 # the socket's group and nothing more:
@@ -14,10 +17,14 @@
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS build
-COPY .whl /wheels
-RUN python3 -m venv /opt/cutover \
- && /opt/cutover/bin/pip install --no-cache-dir --no-index --find-links /wheels \
-        "vllm-cutover[fast]"
+ARG OFFLINE=
+ARG CA_BUNDLE=
+# Dependencies first, in a layer a change of our code keeps (CA files land beside them).
+COPY pyproject.toml images/install-cutover.sh .build-cert[s] /deps/
+RUN python3 -m venv /opt/cutover && CERT_DIR=/deps DEPS_ONLY=1 \
+    sh /deps/install-cutover.sh "/opt/cutover/bin/pip install" /deps - "[fast]"
+COPY . /src
+RUN sh /src/images/install-cutover.sh "/opt/cutover/bin/pip install" /src /src/.whl "[fast]"
 
 FROM ${BASE_IMAGE}
 ARG CUTOVER_UID=10001

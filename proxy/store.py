@@ -34,6 +34,7 @@ from proxy.compare.tally import AdmissionRow
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
 from proxy.cutover.control import EvidenceWindow
 from proxy.record_hash import META_TABLE, RecordHasher
+from proxy.tasks import start_task
 
 __all__ = ["LatencySamples", "PairCounts", "RecordStore", "RoleCounts", "SqliteStore",
            "StoreAggregates"]
@@ -269,7 +270,7 @@ class RecordStore:
         self.written = 0  # records written so far (lets readers skip work when unchanged)
 
     def start(self) -> None:
-        self._writer = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
+        self._writer = start_task(self._run(), "store-writer")
 
     def put(self, record: ExchangeRecord) -> bool:
         """Queue `record`; False (and counted) when the queue is full."""

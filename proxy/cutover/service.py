@@ -27,6 +27,7 @@ from proxy.cutover.spec import DEFAULT_SHUTDOWN_GRACE_S, grace_from_command
 from proxy.cutover.status import status_json
 from proxy.cutover.warmup import ProbeError, served_models, vllm_version
 from proxy.statefile import StateFile
+from proxy.tasks import start_task
 
 log = logging.getLogger(__name__)
 
@@ -198,13 +199,7 @@ class CutoverService:
             return
         reconciler = self._reconciler
         assert reconciler is not None
-        self._task = asyncio.get_running_loop().create_task(
-            reconciler.run(), name=f"cutover-{reconciler.state.id}")
-        self._task.add_done_callback(self._ended)
-
-    def _ended(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("cutover reconciler stopped", exc_info=task.exception())
+        self._task = start_task(reconciler.run(), f"cutover-{reconciler.state.id}")
 
 
 CUTOVER_KEY = web.AppKey("cutover", CutoverService)

@@ -17,6 +17,7 @@ from proxy.cutover.client import AdminError, CutoverClient
 from proxy.cutover.status import progress_line
 from proxy.demo.steady import SteadyLoad, SteadyResult
 from proxy.demo.traffic import DemoRequest, send_all
+from proxy.tasks import start_task
 
 TOKEN = "demo-admin-token"
 CUTOVER_TIMEOUT_S = 120.0
@@ -76,14 +77,13 @@ async def run_cutover(proxy_url: str, admin_url: str, model: str, new_url: str,
     """The cutover under steady load (plus the mixed requests while shadowing)."""
     stop = asyncio.Event()
     steady = SteadyLoad(proxy_url, model, clients=clients, max_tokens=24, pause_s=0.02)
-    load = asyncio.create_task(steady.run(stop), name="demo-steady-load")
+    load = start_task(steady.run(stop), "demo-steady-load")
     mixed_task: asyncio.Task[Any] | None = None
 
     def on_phase(phase: str) -> None:
         nonlocal mixed_task
         if phase == "shadowing" and mixed_task is None:
-            mixed_task = asyncio.create_task(send_all(proxy_url, mixed, clients),
-                                             name="demo-mixed-traffic")
+            mixed_task = start_task(send_all(proxy_url, mixed, clients), "demo-mixed-traffic")
 
     client = CutoverClient(admin_url, TOKEN)
     request = start_request(new_url, baseline_url)

@@ -5,6 +5,7 @@ aiohttp server, body written from the upstream socket) and exchange (one mirrore
 request: shadow.fetch_capture, token ids, compare, record); http1 (the lean upstream
 client both lanes use); routing (run-time routes, pools per lane), admin (routes,
 swap, gate, stats, records, /metrics), route_state (routes as JSON, persisted and
-restored), control (what a cutover acts through), verdict (gate off the loop), tasks
-(background tasks), server (listeners, signals, graceful shutdown).
+restored), control (what a cutover acts through), verdict (gate off the loop), server
+(listeners, signals, graceful shutdown); remote, link, worker, ipc and messages (the
+capture worker, its channel and the typed messages on it). Background tasks: `proxy.tasks`.
 """

@@ -32,9 +32,10 @@ from proxy.mirror.app import (
 )
 from proxy.mirror.control import MirrorControl, redacted_view
 from proxy.mirror.gate_hooks import FLAGGER_LAST_KEY, add_gate_hooks
+from proxy.mirror.link import WorkerUnavailable
 from proxy.mirror.listener import track_requests
 from proxy.mirror.load import LoopLoad
-from proxy.mirror.remote import RemoteMirror, WorkerUnavailable
+from proxy.mirror.remote import RemoteMirror
 from proxy.mirror.route_state import ROUTE_KEYS, routes_from_json
 
 log = logging.getLogger(__name__)

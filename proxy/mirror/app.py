@@ -36,11 +36,11 @@ from proxy.mirror.listener import HEAD_LIMITS, GuardedRequestHandler, RateLimite
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
 from proxy.mirror.remote import RemoteMirror
 from proxy.mirror.route_state import restore_routes, route_persister
-from proxy.mirror.routing import Router, make_session_factory
-from proxy.mirror.tasks import BackgroundTasks
+from proxy.mirror.routing import Router, make_pool_factory
 from proxy.mirror.verdict import current_verdict, refresh_verdict_forever
 from proxy.statefile import StateFile
 from proxy.store import RecordStore, SqliteStore
+from proxy.tasks import BackgroundTasks, cancel_all, start_task
 
 if TYPE_CHECKING:
     from proxy.cutover.docker_driver import DockerDriver
@@ -172,7 +172,7 @@ async def _router_ctx(app: web.Application) -> AsyncIterator[None]:
     persist = route_persister(state)
     if write:
         persist(routes, version)
-    router = Router(routes, make_session_factory(config.connect_timeout_s), version, persist)
+    router = Router(routes, make_pool_factory(config.connect_timeout_s), version, persist)
     app[ROUTER_KEY] = router
     app[METRICS_KEY].route_version.set(router.routes.version)
     yield
@@ -217,28 +217,21 @@ async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
     mann_whitney([1.0, 2.0], [2.0, 3.0])
     await current_verdict(app[STORE_KEY], config.gate, app[METRICS_KEY])
     watchers = _watch(mirror, config)
-    watchers.append(asyncio.get_running_loop().create_task(refresh_verdict_forever(
+    watchers.append(start_task(refresh_verdict_forever(
         app[STORE_KEY], config.gate, app[METRICS_KEY], config.gate_refresh_s),
-        name="verdict-refresh"))
+        "verdict-refresh"))
     yield
-    await _unwatch(watchers)
+    await cancel_all(watchers)
     await tasks.drain(config.drain_timeout_s)
     mirror.flush_admission()
 
 
 def _watch(mirror: Admission, config: ProxyConfig) -> list[asyncio.Task[None]]:
     """The proxy's own load probe (for overload shedding) and the admission counts' flush."""
-    loop = asyncio.get_running_loop()
-    watchers = [loop.create_task(mirror.flush_admission_forever(), name="admission-flush")]
+    watchers = [start_task(mirror.flush_admission_forever(), "admission-flush")]
     if config.mirror.overload_lag_s > 0:
-        watchers.append(loop.create_task(mirror.load.watch(), name="loop-load"))
+        watchers.append(start_task(mirror.load.watch(), "loop-load"))
     return watchers
-
-
-async def _unwatch(watchers: list[asyncio.Task[None]]) -> None:
-    for watcher in watchers:
-        watcher.cancel()
-    await asyncio.gather(*watchers, return_exceptions=True)
 
 
 async def _worker_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -250,5 +243,5 @@ async def _worker_ctx(app: web.Application) -> AsyncIterator[None]:
     app[EVIDENCE_KEY] = WorkerEvidence(mirror.link, app[METRICS_KEY], mirror.flush_admission)
     watchers = _watch(mirror, config)
     yield
-    await _unwatch(watchers)
+    await cancel_all(watchers)
     await mirror.close(config.drain_timeout_s)

@@ -14,7 +14,14 @@ from typing import Any, Protocol
 from proxy.compare.gate import GateCriteria
 from proxy.cutover.control import EvidenceWindow
 from proxy.metrics import ProxyMetrics, merge_expositions
-from proxy.mirror.remote import WorkerLink, WorkerUnavailable
+from proxy.mirror.link import WorkerLink, WorkerUnavailable
+from proxy.mirror.messages import (
+    AggregatesQuery,
+    GateQuery,
+    MetricsQuery,
+    RecordsQuery,
+    WindowGateQuery,
+)
 from proxy.mirror.verdict import current_verdict, evaluate_window
 from proxy.store import RecordStore, SqliteStore, records_page
 
@@ -71,26 +78,26 @@ class WorkerEvidence:
 
     async def gate(self) -> dict[str, Any]:
         self._flush()  # the channel is ordered: the worker stores the counts first
-        result: dict[str, Any] = await self.link.call("gate")
+        result: dict[str, Any] = await self.link.call(GateQuery())
         return result
 
     async def window_gate(self, window: EvidenceWindow) -> dict[str, Any]:
-        result: dict[str, Any] = await self.link.call("window_gate", window)
+        result: dict[str, Any] = await self.link.call(WindowGateQuery(window))
         return result
 
     async def aggregates(self) -> dict[str, Any]:
         self._flush()
-        result: dict[str, Any] = await self.link.call("aggregates")
+        result: dict[str, Any] = await self.link.call(AggregatesQuery())
         return result
 
     async def records(self, after_id: int, limit: int) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self.link.call("records", after_id, limit)
+        result: list[dict[str, Any]] = await self.link.call(RecordsQuery(after_id, limit))
         return result
 
     async def metrics(self) -> bytes:
         own = self._metrics.render()
         try:
-            worker: bytes = await self.link.call("metrics", timeout_s=10.0)
+            worker: bytes = await self.link.call(MetricsQuery(), timeout_s=10.0)
         except WorkerUnavailable:  # scrapes go on; the worker's series come back with it
             return own
         return merge_expositions(own, worker)

@@ -33,8 +33,8 @@ from proxy.mirror.config import MirrorConfig
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.routing import Routes, Upstream
 from proxy.mirror.shadow import fetch_capture, mirror_headers, tokenize
-from proxy.mirror.tasks import BackgroundTasks
 from proxy.store import RecordStore
+from proxy.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 

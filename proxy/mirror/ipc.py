@@ -1,6 +1,7 @@
 """Framed messages between the proxy and its capture worker over a socketpair.
 
-Each frame is a 4-byte big-endian length and a pickle. Both ends are this program:
+Each frame is a 4-byte big-endian length and a pickle of one message of
+`proxy.mirror.messages` in its wire form. Both ends are this program:
 the parent makes the socketpair and hands one end to the child it starts, so no
 other process can write a frame (pickle is only ever read from our own child or parent).
 Writes never block: the transport buffers, and the sender watches `buffered_bytes`.
@@ -15,6 +16,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from proxy.mirror.messages import from_wire, to_wire
+
 log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct("!I")
@@ -22,7 +25,8 @@ MAX_FRAME_BYTES = 512 * 1024 * 1024
 
 
 class Channel(asyncio.Protocol):
-    """One end of the pair: `send(message)`; every whole frame read goes to `on_message`."""
+    """One end of the pair: `send(message)`; every whole frame read goes to `on_message`
+    as the message it was (a frame that is not one is logged and skipped)."""
 
     def __init__(self, on_message: Callable[[Any], None],
                  on_lost: Callable[[Exception | None], None]) -> None:
@@ -48,12 +52,15 @@ class Channel(asyncio.Protocol):
                 return
             if end - pos - 4 < size:
                 break
-            message = pickle.loads(buffer[pos + 4:pos + 4 + size])
+            frame = buffer[pos + 4:pos + 4 + size]
             pos += 4 + size
+            message: Any = None
             try:
+                message = from_wire(pickle.loads(frame))
                 self._on_message(message)
             except Exception:  # one bad message must not end the channel
-                log.exception("capture channel: handling %r failed", type(message).__name__)
+                log.exception("capture channel: handling %s failed", type(message).__name__
+                              if message is not None else "a frame")
             self.handled_bytes += 4 + size
         if pos:
             del buffer[:pos]
@@ -63,7 +70,7 @@ class Channel(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.closed or transport.is_closing():
             return 0
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(to_wire(message), protocol=pickle.HIGHEST_PROTOCOL)
         transport.writelines((_LENGTH.pack(len(data)), data))
         return 4 + len(data)
 

@@ -25,6 +25,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.mirror.http1 import Http1Connection, UpstreamError
 from proxy.mirror.routing import Upstream
+from proxy.tasks import start_task
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class _ClientSink:
                 self.result.capture_failed = True
         if self.draining is None and transport.get_write_buffer_size() > WRITE_HIGH_BYTES:
             self.conn.pause_reading()
-            self.draining = asyncio.get_running_loop().create_task(self._drain())
+            self.draining = start_task(self._drain(), "client-drain")
 
     async def _drain(self) -> None:
         try:

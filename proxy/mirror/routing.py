@@ -20,14 +20,16 @@ from proxy.credentials import without_credentials
 from proxy.cutover.control import RouteConflict
 from proxy.mirror.config import RouteConfig
 from proxy.mirror.http1 import Http1Pool
+from proxy.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
 Lane = Literal["primary", "mirror"]
-SessionFactory = Callable[[Lane, str], Http1Pool]
+PoolFactory = Callable[[Lane, str], Http1Pool]
 # Called with the new routes and their version before they are published; raising
 # (the state file cannot be written) leaves the current routes in place.
 PersistRoutes = Callable[[RouteConfig, int], None]
+CLOSE_TIMEOUT_S = 5.0  # a retired pool still closing at shutdown is cancelled after this
 
 
 class Upstream:
@@ -41,14 +43,14 @@ class Upstream:
     everywhere else (records, metrics, logs, the admin API): without them.
     """
 
-    __slots__ = ("_router", "active", "lane", "last_warning", "relaying", "session", "target",
+    __slots__ = ("_router", "active", "lane", "last_warning", "pool", "relaying", "target",
                  "url", "users")
 
-    def __init__(self, target: str, lane: Lane, session: Http1Pool, router: Router) -> None:
+    def __init__(self, target: str, lane: Lane, pool: Http1Pool, router: Router) -> None:
         self.target = target
         self.url = without_credentials(target)
         self.lane = lane
-        self.session = session
+        self.pool = pool
         self.users = 0
         self.relaying = 0
         self.active = True  # part of the current routes
@@ -66,10 +68,6 @@ class Upstream:
     def end_relay(self) -> None:
         self.relaying -= 1
         self.release()
-
-    @property
-    def pool(self) -> Http1Pool:
-        return self.session
 
     def should_warn(self, every_s: float = 5.0) -> bool:
         """True at most once per `every_s`: an outage logs a line, not one per request."""
@@ -116,12 +114,12 @@ class Routes:
 class Router:
     """Holds the current `Routes`; `replace()` and `swap()` publish a new snapshot."""
 
-    def __init__(self, initial: RouteConfig, session_factory: SessionFactory, version: int = 1,
+    def __init__(self, initial: RouteConfig, pool_factory: PoolFactory, version: int = 1,
                  persist: PersistRoutes | None = None) -> None:
-        self._factory = session_factory
+        self._factory = pool_factory
         self._persist = persist
         self._upstreams: dict[tuple[Lane, str], Upstream] = {}
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing = BackgroundTasks()  # pools of retired upstreams, closing
         self.routes = self._build(initial, version=version)
 
     def _upstream(self, lane: Lane, url: str) -> Upstream:
@@ -193,20 +191,17 @@ class Router:
         if self._upstreams.get((upstream.lane, upstream.target)) is not upstream:
             return
         del self._upstreams[(upstream.lane, upstream.target)]
-        task = asyncio.get_running_loop().create_task(
-            upstream.session.close(), name=f"close-{upstream.lane}-{upstream.url}")
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._closing.spawn(upstream.pool.close(), f"close-{upstream.lane}-{upstream.url}")
 
     async def close(self) -> None:
         """Close every pool (at shutdown, after requests and background tasks ended)."""
-        sessions = [u.session for u in self._upstreams.values()]
+        pools = [u.pool for u in self._upstreams.values()]
         self._upstreams.clear()
-        await asyncio.gather(*(s.close() for s in sessions), *self._closing,
+        await asyncio.gather(*(pool.close() for pool in pools), self._closing.drain(CLOSE_TIMEOUT_S),
                              return_exceptions=True)
 
 
-def make_session_factory(connect_timeout_s: float) -> SessionFactory:
+def make_pool_factory(connect_timeout_s: float) -> PoolFactory:
     """Keep-alive pools; the mirror lane's fail fast while their backend refuses."""
 
     def factory(lane: Lane, url: str) -> Http1Pool:

@@ -22,6 +22,7 @@ from proxy.mirror.app import METRICS_KEY, ROUTER_KEY, build_app
 from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig
 from proxy.mirror.listener import HEAD_LIMITS, ClientGuard, GuardedSite
+from proxy.tasks import cancel_all, start_task
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ async def serve(config: ProxyConfig, stop: asyncio.Event | None = None,
     # so full collections under traffic only walk what requests create (shorter pauses).
     gc.collect()
     gc.freeze()
-    collector = loop.create_task(pace_garbage_collection(), name="gc-pacer")
+    collector = start_task(pace_garbage_collection(), "gc-pacer")
     admin_runner: web.AppRunner | None = None
     admin_port: int | None = None
     try:
@@ -78,8 +79,7 @@ async def serve(config: ProxyConfig, stop: asyncio.Event | None = None,
         if admin_runner is not None:
             await admin_runner.cleanup()
         await runner.cleanup()
-        collector.cancel()
-        await asyncio.gather(collector, return_exceptions=True)
+        await cancel_all([collector])
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 loop.remove_signal_handler(sig)

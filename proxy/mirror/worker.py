@@ -10,18 +10,10 @@ request, the primary's relayed bytes with their arrival times, and how the
 primary's answer ended. perf_counter is the system's monotonic clock, so times
 taken in either process compare.
 
-Messages (tuples, the kind first). Proxy -> worker:
-  ("config", ProxyConfig, log_level)                   first, once
-  ("start", xid, route_version, primary, shadow, baseline, path, headers, body,
-   endpoint, started_unix, t_start)
-  ("chunks", xid, content_type, payloads, times)      the primary's bytes so far
-  ("end", xid, content_type, payloads, times, status, error, cancelled, t_end)
-  ("admission", t_unix, rows)                          eligible and shed counts (store)
-  ("call", call_id, name, args)                       gate | aggregates | records | metrics
-                                                      | window_gate (a cutover's evidence)
-  ("shutdown",)
-Worker -> proxy: ("ready", scheduling, bytes handled), ("done", xid), ("reply", call_id, ok, value), ("bye", n),
-  ("progress", bytes handled, loop lag s, loop busy) every PROGRESS_REPORT_S.
+Messages (`proxy.mirror.messages`). Proxy -> worker: `Configure` first and once,
+then per mirrored request `Start`, `Chunks` (the primary's bytes so far) and `End`;
+`AdmissionCounts`, `Call` (a `Query`) and `Shutdown`. Worker -> proxy: `Ready`,
+`Done` per request, `Reply` per call, `Progress` every PROGRESS_REPORT_S, `Bye`.
 """
 
 from __future__ import annotations
@@ -31,18 +23,16 @@ import asyncio
 import dataclasses
 import gc
 import logging
-import os
 import signal
 import socket
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
 from proxy.compare.stats import mann_whitney
-from proxy.compare.types import Endpoint
 from proxy.credentials import install_log_redaction
 from proxy.eventloop import run_fast
 from proxy.metrics import ProxyMetrics
@@ -51,18 +41,39 @@ from proxy.mirror.config import ProxyConfig, RouteConfig
 from proxy.mirror.exchange import Exchange, Mirror
 from proxy.mirror.ipc import Channel
 from proxy.mirror.load import LoopLoad
+from proxy.mirror.messages import (
+    SCHEMA,
+    AdmissionCounts,
+    AggregatesQuery,
+    Bye,
+    Call,
+    Chunks,
+    Configure,
+    Done,
+    End,
+    GateQuery,
+    MetricsQuery,
+    Progress,
+    Query,
+    Ready,
+    RecordsQuery,
+    Reply,
+    Shutdown,
+    Start,
+    WindowGateQuery,
+)
+from proxy.mirror.priority import lower_priority
 from proxy.mirror.relay import ChunkTap, RelayResult
-from proxy.mirror.routing import Router, Routes, make_session_factory
-from proxy.mirror.tasks import BackgroundTasks
+from proxy.mirror.routing import Router, Routes, make_pool_factory
 from proxy.mirror.verdict import current_verdict, evaluate_window, refresh_verdict_forever
 from proxy.store import RecordStore, SqliteStore, records_page
+from proxy.tasks import BackgroundTasks, cancel_all, start_task
 
 log = logging.getLogger(__name__)
 
 LOST_PARENT_DRAIN_S = 5.0  # the proxy died: finish what is in flight, briefly
 PROGRESS_REPORT_S = 0.2  # how often the worker tells the proxy how far it has got
 NO_CAP = 1 << 30  # the proxy already applied the in-flight cap and the overload shedding
-NICE = 10  # --worker-priority nice: a tenth of a nice-0 process's CPU share when both want it
 
 
 class _Pending:
@@ -98,10 +109,11 @@ class CaptureWorker:
         self.scheduling = scheduling  # what lower_priority() got, for the proxy's log
         self.metrics = ProxyMetrics(CollectorRegistry())
         self.tasks = BackgroundTasks()
+        self.answers = BackgroundTasks()  # calls are answered during the drain too
         sync = SqliteStore(config.store.db_path, config.store.retention_rows,
                            config.store.store_text)
         self.store = RecordStore(sync, on_drop=self.metrics.records_dropped.inc)
-        self.router = Router(config.routes, make_session_factory(config.connect_timeout_s))
+        self.router = Router(config.routes, make_pool_factory(config.connect_timeout_s))
         mirror_config = dataclasses.replace(config.mirror, max_shadow_inflight=NO_CAP,
                                             overload_lag_s=0.0)
         self.mirror = Mirror(mirror_config, self.tasks, self.metrics, self.store)
@@ -110,24 +122,26 @@ class CaptureWorker:
         self._routes: tuple[tuple[object, ...], Routes] | None = None
         self._helpers: list[asyncio.Task[None]] = []
         self.stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._stopping = False
+        self._stopping: asyncio.Task[None] | None = None
+        self._handlers: dict[type[Any], Callable[[Any], None]] = {
+            Chunks: self._chunks, Start: self._start, End: self._end,
+            AdmissionCounts: self._admission, Call: self._call, Shutdown: self._shutdown_asked,
+        }
 
     async def open(self) -> None:
-        loop = asyncio.get_running_loop()
         self.store.start()
         mann_whitney([1.0, 2.0], [2.0, 3.0])  # load scipy now, not mid-traffic
         await current_verdict(self.store, self.config.gate, self.metrics)
         gc.collect()
         gc.freeze()
         self._helpers = [
-            loop.create_task(refresh_verdict_forever(self.store, self.config.gate, self.metrics,
-                                                     self.config.gate_refresh_s),
-                             name="verdict-refresh"),
-            loop.create_task(pace_garbage_collection(), name="gc-pacer"),
-            loop.create_task(self.load.watch(), name="loop-load"),
-            loop.create_task(self._report_progress(), name="progress-report"),
+            start_task(refresh_verdict_forever(self.store, self.config.gate, self.metrics,
+                                               self.config.gate_refresh_s), "verdict-refresh"),
+            start_task(pace_garbage_collection(), "gc-pacer"),
+            start_task(self.load.watch(), "loop-load"),
+            start_task(self._report_progress(), "progress-report"),
         ]
-        self.channel.send(("ready", self.scheduling, self.channel.handled_bytes))
+        self.channel.send(Ready(self.scheduling, self.channel.handled_bytes))
 
     async def _report_progress(self) -> None:
         """Tell the proxy how much of what it sent is handled, so it sheds mirrors while
@@ -135,27 +149,26 @@ class CaptureWorker:
         (for /admin/stats)."""
         while True:
             await asyncio.sleep(PROGRESS_REPORT_S)
-            self.channel.send(("progress", self.channel.handled_bytes, self.load.lag_s,
-                               self.load.busy))
+            self.channel.send(Progress(self.channel.handled_bytes, self.load.lag_s,
+                                       self.load.busy))
 
-    def handle(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "chunks":
-            pending = self.pending.get(message[1])
-            if pending is not None:
-                pending.feed(message[2], message[3], message[4])
-        elif kind == "start":
-            self._start(*message[1:])
-        elif kind == "end":
-            self._end(*message[1:])
-        elif kind == "admission":
-            self.store.add_admission(message[1], message[2])
-        elif kind == "call":
-            self._call(message[1], message[2], message[3])
-        elif kind == "shutdown":
-            self.stop(self.config.drain_timeout_s)
-        else:
-            log.error("unknown message %r from the proxy", kind)
+    def handle(self, message: object) -> None:
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            log.error("unexpected %s from the proxy", type(message).__name__)
+            return
+        handler(message)
+
+    def _chunks(self, chunks: Chunks) -> None:
+        pending = self.pending.get(chunks.xid)
+        if pending is not None:
+            pending.feed(chunks.content_type, chunks.payloads, chunks.times)
+
+    def _admission(self, counts: AdmissionCounts) -> None:
+        self.store.add_admission(counts.t_unix, counts.rows)
+
+    def _shutdown_asked(self, _: Shutdown) -> None:
+        self.stop(self.config.drain_timeout_s)
 
     def _routes_for(self, version: int, primary: str, shadow: str | None,
                     baseline: str | None) -> Routes:
@@ -165,58 +178,60 @@ class CaptureWorker:
             self._routes = (key, routes)
         return self._routes[1]
 
-    def _start(self, xid: int, version: int, primary: str, shadow: str | None,
-               baseline: str | None, path: str, headers: list[tuple[str, str]], body: bytes,
-               endpoint: Endpoint, started_unix: float, t_start: float) -> None:
-        routes = self._routes_for(version, primary, shadow, baseline)
-        exchange = self.mirror.start(routes, path, CIMultiDict(headers), body, endpoint,
-                                     admitted=True, started=(started_unix, t_start))
+    def _start(self, start: Start) -> None:
+        routes = self._routes_for(start.route_version, start.primary, start.shadow,
+                                  start.baseline)
+        exchange = self.mirror.start(routes, start.path, CIMultiDict(start.headers), start.body,
+                                     start.endpoint, admitted=True,
+                                     started=(start.started_unix, start.t_start))
+        xid = start.xid
         if exchange is None:  # shutting down
-            self.channel.send(("done", xid))
+            self.channel.send(Done(xid))
             return
         exchange.on_done = lambda: self._done(xid)
         self.pending[xid] = _Pending(exchange)
 
     def _done(self, xid: int) -> None:
-        self.channel.send(("done", xid))
+        self.channel.send(Done(xid))
 
-    def _end(self, xid: int, content_type: str, payloads: list[bytes], times: list[float],
-             status: int | None, error: str | None, cancelled: bool, t_end: float) -> None:
-        pending = self.pending.pop(xid, None)
+    def _end(self, end: End) -> None:
+        pending = self.pending.pop(end.xid, None)
         if pending is None:
-            self.channel.send(("done", xid))
+            self.channel.send(Done(end.xid))
             return
-        pending.feed(content_type, payloads, times)
-        result = RelayResult(status=status, error=error, cancelled=cancelled,
-                             capture_failed=pending.failed, t_end=t_end)
+        pending.feed(end.content_type, end.payloads, end.times)
+        result = RelayResult(status=end.status, error=end.error, cancelled=end.cancelled,
+                             capture_failed=pending.failed, t_end=end.t_end)
         pending.exchange.primary_done(result)
 
-    def _call(self, call_id: int, name: str, args: tuple[Any, ...]) -> None:
+    def _call(self, call: Call) -> None:
+        name = type(call.query).__name__
+
         async def answer(work: Coroutine[Any, Any, Any]) -> None:
             try:
                 value = await work
             except Exception as exc:  # the caller gets the error, the worker goes on
                 log.exception("admin call %s failed", name)
-                self.channel.send(("reply", call_id, False, f"{type(exc).__name__}: {exc}"))
+                self.channel.send(Reply(call.call_id, False, f"{type(exc).__name__}: {exc}"))
                 return
-            self.channel.send(("reply", call_id, True, value))
+            self.channel.send(Reply(call.call_id, True, value))
 
-        work = self._work(name, args)
+        work = self._work(call.query)
         if work is None:
-            self.channel.send(("reply", call_id, False, f"unknown call {name!r}"))
+            self.channel.send(Reply(call.call_id, False, f"unknown call {name}"))
             return
-        asyncio.get_running_loop().create_task(answer(work), name=f"call-{name}")
+        self.answers.spawn(answer(work), f"call-{name}")
 
-    def _work(self, name: str, args: tuple[Any, ...]) -> Coroutine[Any, Any, Any] | None:
-        if name == "gate":
+    def _work(self, query: Query) -> Coroutine[Any, Any, Any] | None:
+        if isinstance(query, GateQuery):
             return current_verdict(self.store, self.config.gate, self.metrics)
-        if name == "window_gate":
-            return self.store.call(evaluate_window, self.config.gate, *args)
-        if name == "aggregates":
+        if isinstance(query, WindowGateQuery):
+            return self.store.call(evaluate_window, self.config.gate, query.window)
+        if isinstance(query, AggregatesQuery):
             return self._aggregates()
-        if name == "records":
-            return self.store.call(records_page, *args)
-        if name == "metrics":
+        if isinstance(query, RecordsQuery):
+            return self.store.call(records_page, query.after_id, query.limit)
+        if isinstance(query, MetricsQuery):
             return self._metrics()
         return None
 
@@ -228,22 +243,20 @@ class CaptureWorker:
         return self.metrics.render()
 
     def stop(self, drain_timeout_s: float) -> None:
-        if self._stopping:
-            return
-        self._stopping = True
-        asyncio.get_running_loop().create_task(self._shutdown(drain_timeout_s), name="shutdown")
+        if self._stopping is None:
+            self._stopping = start_task(self._shutdown(drain_timeout_s), "shutdown")
 
     async def _shutdown(self, drain_timeout_s: float) -> None:
         # Exchanges whose end never came (the proxy died mid-request) end as cancelled.
         for xid in list(self.pending):
-            self._end(xid, "", [], [], None, None, True, 0.0)
+            self._end(End(xid, content_type="", payloads=[], times=[], status=None, error=None,
+                          cancelled=True, t_end=0.0))
         cancelled = await self.tasks.drain(drain_timeout_s)
-        for helper in self._helpers:
-            helper.cancel()
-        await asyncio.gather(*self._helpers, return_exceptions=True)
+        await cancel_all(self._helpers)
         await self.router.close()
         await self.store.close()
-        self.channel.send(("bye", cancelled))
+        await self.answers.drain(1.0)
+        self.channel.send(Bye(cancelled))
         self.channel.close()
         if not self.stopped.done():
             self.stopped.set_result(None)
@@ -256,17 +269,21 @@ async def serve(sock: socket.socket, scheduling: str = "normal") -> None:
     lost: asyncio.Future[None] = loop.create_future()
     opening: list[asyncio.Task[None]] = []
 
-    def on_message(message: tuple[Any, ...]) -> None:
+    def on_message(message: object) -> None:
         nonlocal worker
         if worker is not None:
             worker.handle(message)
-        elif message[0] == "config":
-            config, level = message[1], message[2]
-            logging.basicConfig(
-                level=level, format="%(asctime)s %(levelname)s capture-worker %(name)s: %(message)s")
+        elif isinstance(message, Configure):
+            logging.basicConfig(level=message.log_level, format="%(asctime)s %(levelname)s "
+                                "capture-worker %(name)s: %(message)s")
             install_log_redaction()
-            worker = CaptureWorker(config, channel, scheduling)
-            opening.append(loop.create_task(worker.open(), name="open"))
+            if message.schema != SCHEMA:
+                log.error("the proxy speaks message schema %s, this worker %s: they run "
+                          "different code; exiting", message.schema, SCHEMA)
+                channel.close()
+                return
+            worker = CaptureWorker(message.config, channel, scheduling)
+            opening.append(start_task(worker.open(), "open"))
 
     def on_lost(exc: Exception | None) -> None:
         if not lost.done():
@@ -280,27 +297,6 @@ async def serve(sock: socket.socket, scheduling: str = "normal") -> None:
     if worker is not None:
         worker.stop(LOST_PARENT_DRAIN_S)  # no-op after a shutdown message
         await worker.stopped
-
-
-def lower_priority(priority: str) -> str:
-    """Yield the CPU to the relay: capture must not delay a client.
-
-    nice: nice 10, a tenth of the CPU share of a nice-0 process (the relay, the engines)
-    when both want it, but never nothing: on a host whose CPUs vLLM's processes keep
-    busy the worker still keeps up with light traffic. idle: Linux SCHED_IDLE, only CPU
-    time nothing else wants; there the worker falls behind and the proxy sheds mirrors.
-    """
-    if priority == "nice":
-        os.nice(NICE)
-        return f"nice {NICE}"
-    if priority == "idle":
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            return "SCHED_IDLE"
-        except (AttributeError, OSError):  # not Linux
-            os.nice(19)
-            return "nice 19"
-    return "normal"
 
 
 def main(argv: list[str] | None = None) -> int:

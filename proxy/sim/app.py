@@ -11,8 +11,8 @@ import random
 from aiohttp import web
 
 from proxy.sim import info
+from proxy.sim.completions import generation_handler
 from proxy.sim.config import SimConfig
-from proxy.sim.generation import generation_handler
 from proxy.sim.state import SIM_STATE, SimState
 from proxy.sim.vocab import build_vocab
 

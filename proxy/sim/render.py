@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.sim.generate import Generation, top_logprobs
 from proxy.sim.request import SamplingSpec
+from proxy.sim.tokens import Generation, top_logprobs
 from proxy.sim.vocab import Vocab
 
 DONE = b"data: [DONE]\n\n"

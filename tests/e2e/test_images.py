@@ -1,6 +1,7 @@
-"""Our images, built from host-made wheels: the sidecar answers `--help`, the sim serves
-completions, and the vLLM image runs a user's old bare-argument container command through
-the launcher to a completion.
+"""Our images: the sidecar answers `--help`, the sim serves completions, and the vLLM
+image runs a user's old bare-argument container command through the launcher to a
+completion (all built offline, from host-made wheels); and the plain `docker build` of
+each small image from a fresh clone, pip reaching the package index inside the build.
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ def test_compose_stacks_are_valid(name: str, services: tuple[str, ...]) -> None:
     for engine in ("old-vllm", "new-vllm"):
         service = config["services"][engine]
         assert service.get("shm_size") or service.get("ipc") == "host", service
+    # Out of the box, old vs new compares two real versions, not an image with itself.
+    tags = [config["services"][e]["image"].rsplit(":", 1)[1] for e in ("old-vllm", "new-vllm")]
+    assert [t.lstrip("v") for t in tags] == ["0.10.2", "0.32.0"]
+    pinned = _compose_config(name, {**COMPOSE_ENV, "OLD_VLLM_IMAGE": "vllm/vllm-openai:v0.11.2",
+                                    "NEW_VLLM_IMAGE": "vllm/vllm-openai:v0.33.0"})
+    assert [yaml.safe_load(pinned.stdout)["services"][e]["image"] for e in
+            ("old-vllm", "new-vllm")] == ["vllm/vllm-openai:v0.11.2", "vllm/vllm-openai:v0.33.0"]
     if name == "production.yml":
         gpus = [config["services"][e]["deploy"]["resources"]["reservations"]["devices"][0]
                 for e in ("old-vllm", "new-vllm")]
@@ -80,6 +88,27 @@ def test_compose_stacks_ask_for_the_socket_group() -> None:
 def _run_help(client: Any, image: str) -> str:
     output = client.containers.run(image, ["--help"], remove=True, stdout=True, stderr=True)
     return bytes(output).decode(errors="replace")
+
+
+@pytest.mark.e2e
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "dockerfile", "expected"), [
+    ("sidecar", "Dockerfile", "--primary"),
+    ("sim", "images/sim/Dockerfile", "--ttft-ms"),
+])
+def test_plain_build_from_a_fresh_clone(docker_client: Any, cutover_images: ImageBuilder,
+                                        name: str, dockerfile: str, expected: str) -> None:
+    """No wheels made beforehand: `docker build` alone (the CA file is this machine's way
+    to the index; a user with a registry passes nothing)."""
+    image = cutover_images.plain(name, dockerfile)
+    text = _run_help(docker_client, image)
+    assert expected in text, text
+    # The CA file and the source stayed in the build stage.
+    probe = docker_client.containers.run(
+        image, ["-c", "import os; print(os.path.exists('/src'), os.path.exists('/tmp/src'))"],
+        entrypoint=["python3"], remove=True)
+    assert probe.decode().split() == ["False", "False"]
 
 
 @pytest.mark.e2e
@@ -249,17 +278,20 @@ def test_vllm_production_image_puts_the_launcher_in_the_images_python(
     docker_client.images.build(
         fileobj=io.BytesIO(VLLM_STAND_IN.format(sidecar=cutover_images.sidecar()).encode()),
         tag=stand_in, rm=True)
-    image = cutover_images.vllm_production(stand_in)
-    config = docker_client.images.get(image).attrs["Config"]
-    assert config["Entrypoint"] == ["vllm-cutover", "launch", "--"]
-    old_command = ["--model", "/models/m", "--quantization", "nvfp4", "--fp4-gemm-backend",
-                   "cutlass"]
-    output = docker_client.containers.run(
-        image, old_command, entrypoint=LAUNCH_DRY_RUN, remove=True, stdout=True, stderr=True,
-    ).decode()
-    assert "VLLM_NVFP4_GEMM_BACKEND=flashinfer-cutlass /opt/cutover/bin/python3 -m " \
-           "vllm.entrypoints.openai.api_server --model /models/m" in output, output
-    assert "--fp4-gemm-backend cutlass -> VLLM_NVFP4_GEMM_BACKEND" in output
+    offline = cutover_images.vllm_production(stand_in)
+    plain = cutover_images.plain("vllm-production", "images/vllm/Dockerfile.gpu",
+                                 {"VLLM_IMAGE": stand_in})  # our source, built in the image
+    for image in (offline, plain):
+        config = docker_client.images.get(image).attrs["Config"]
+        assert config["Entrypoint"] == ["vllm-cutover", "launch", "--"]
+        old_command = ["--model", "/models/m", "--quantization", "nvfp4", "--fp4-gemm-backend",
+                       "cutlass"]
+        output = docker_client.containers.run(
+            image, old_command, entrypoint=LAUNCH_DRY_RUN, remove=True, stdout=True,
+            stderr=True).decode()
+        assert "VLLM_NVFP4_GEMM_BACKEND=flashinfer-cutlass /opt/cutover/bin/python3 -m " \
+               "vllm.entrypoints.openai.api_server --model /models/m" in output, output
+        assert "--fp4-gemm-backend cutlass -> VLLM_NVFP4_GEMM_BACKEND" in output
 
 
 @pytest.mark.e2e

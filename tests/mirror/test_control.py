@@ -17,8 +17,8 @@ from proxy.metrics import ProxyMetrics
 from proxy.mirror.app import CONTROL_KEY, MIRROR_KEY
 from proxy.mirror.config import RouteConfig
 from proxy.mirror.control import MirrorControl
-from proxy.mirror.remote import WorkerUnavailable
-from proxy.mirror.routing import Router, make_session_factory
+from proxy.mirror.link import WorkerUnavailable
+from proxy.mirror.routing import Router, make_pool_factory
 
 GREEDY = {"prompt": "hi", "temperature": 0, "stream": True}
 
@@ -104,7 +104,7 @@ class _NoEvidence:
 
 
 async def test_unavailable_evidence_is_an_inconclusive_view():
-    router = Router(RouteConfig("http://a:1"), make_session_factory(1.0))
+    router = Router(RouteConfig("http://a:1"), make_pool_factory(1.0))
     control = MirrorControl(router, _NoEvidence(), ProxyMetrics(CollectorRegistry()),  # type: ignore[arg-type]
                             GateCriteria(min_samples=7))
     view = await control.gate(EvidenceWindow(0.0, "http://a:1", "http://b:1"))

@@ -31,9 +31,9 @@ async def test_swap_and_lanes_are_separate_pools():
     assert old.shadow.lane == "mirror"
     new = router.swap()
     assert (new.version, new.primary.url, new.shadow.url) == (2, "http://b:2", "http://a:1")
-    assert new.primary.session is not old.shadow.session  # primary never shares a mirror pool
+    assert new.primary.pool is not old.shadow.pool  # primary never shares a mirror pool
     await asyncio.sleep(0)
-    assert old.primary.session.closed and old.shadow.session.closed  # idle: closed at once
+    assert old.primary.pool.closed and old.shadow.pool.closed  # idle: closed at once
 
 
 async def test_pool_in_use_closes_only_after_last_request():
@@ -41,10 +41,10 @@ async def test_pool_in_use_closes_only_after_last_request():
     held = router.routes.primary.acquire()
     router.replace(RouteConfig("http://c:3"))
     await asyncio.sleep(0)
-    assert not held.session.closed
+    assert not held.pool.closed
     held.release()
     await asyncio.sleep(0)
-    assert held.session.closed
+    assert held.pool.closed
     assert router.routes.shadow is None
 
 
@@ -56,9 +56,9 @@ async def test_swap_back_reuses_a_draining_pool():
     assert router.routes.primary is held  # became active again before it drained
     held.release()
     await asyncio.sleep(0)
-    assert not held.session.closed
+    assert not held.pool.closed
     await router.close()
-    assert held.session.closed
+    assert held.pool.closed
 
 
 def test_swap_without_shadow_refused():

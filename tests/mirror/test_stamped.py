@@ -155,14 +155,14 @@ async def test_a_shadow_is_timed_from_its_send_to_its_arrival(aiohttp_server: An
     """A worker that waits for the CPU before sending, and again before reading, still
     measures the backend's own time to first token (20 ms here), not its own waits."""
     from proxy.mirror.config import RouteConfig
-    from proxy.mirror.routing import Router, make_session_factory
+    from proxy.mirror.routing import Router, make_pool_factory
     from proxy.mirror.shadow import fetch_capture
     from proxy.sim.app import make_sim_app
     from proxy.sim.config import SimConfig
 
     server = await aiohttp_server(make_sim_app(SimConfig(ttft_ms=20.0, itl_ms=1.0)))
     url = str(server.make_url("")).rstrip("/")
-    router = Router(RouteConfig(url, url), make_session_factory(5.0))
+    router = Router(RouteConfig(url, url), make_pool_factory(5.0))
     shadow = router.routes.shadow
     assert shadow is not None
     body = b'{"model": "sim-model", "prompt": "hi", "max_tokens": 4, "stream": true}'

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.mirror.app import MIRROR_KEY
 from proxy.mirror.config import StoreConfig
+from proxy.mirror.messages import Chunks, End, Start
 from proxy.mirror.remote import RemoteMirror
 
 from .conftest import TOKEN
@@ -196,11 +197,16 @@ async def test_shutdown_records_every_mirror_in_flight(backend, proxy, admin, ma
 
 class _Link:
     def __init__(self) -> None:
-        self.sent: list[tuple] = []  # type: ignore[type-arg]
+        self.sent: list[object] = []
 
-    def send(self, message: tuple) -> bool:  # type: ignore[type-arg]
+    def send(self, message: object) -> bool:
         self.sent.append(message)
         return True
+
+
+def _start(xid: int) -> Start:
+    return Start(xid, 1, "http://p:1", "http://s:1", None, "/v1/completions", [], b"{}",
+                 "completions", 0.0, 0.0)
 
 
 def test_start_goes_first_and_a_lost_exchange_sends_nothing_more():
@@ -208,15 +214,15 @@ def test_start_goes_first_and_a_lost_exchange_sends_nothing_more():
     from proxy.mirror.remote import FLUSH_BYTES, RemoteExchange
 
     link = _Link()
-    exchange = RemoteExchange(link, 7, None, [], ("start", 7))  # type: ignore[arg-type]
+    exchange = RemoteExchange(link, 7, None, [], _start(7))  # type: ignore[arg-type]
     tap = exchange.tap_for("text/event-stream")
     tap(b"x" * FLUSH_BYTES, 1.0)  # a flush before the deferred start ran
     exchange.send_start()  # the loop's turn comes: already sent, not twice
     exchange.primary_done(RelayResult(status=200))
-    assert [m[0] for m in link.sent] == ["start", "chunks", "end"]
+    assert [type(m) for m in link.sent] == [Start, Chunks, End]
 
     link = _Link()
-    lost = RemoteExchange(link, 8, None, [], ("start", 8))  # type: ignore[arg-type]
+    lost = RemoteExchange(link, 8, None, [], _start(8))  # type: ignore[arg-type]
     lost.gone = True  # the worker died; a restarted one never heard of it
     lost.tap_for("text/event-stream")(b"x", 1.0)
     lost.primary_done(RelayResult(status=200))

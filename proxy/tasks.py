@@ -1,14 +1,41 @@
-"""The one place background tasks are created: named, referenced, drained on shutdown."""
+"""The one place tasks are created (`tests/test_tasks.py` checks that no other module of
+`proxy/` calls `create_task` or `ensure_future`): each is named and logs its failure.
+
+`start_task` is for a task its caller holds (a watcher cancelled at shutdown, a writer
+awaited); `BackgroundTasks.spawn` for fire-and-forget work, which it holds itself
+(asyncio keeps only a weak reference to a task: one nobody holds may be collected
+mid-flight) and drains on shutdown.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def start_task(coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+    """Start `coro` as task `name`; its failure is logged. The caller keeps the task."""
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    task.add_done_callback(_log_failure)
+    return task
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task %s failed", task.get_name(), exc_info=task.exception())
+
+
+async def cancel_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel `tasks` and wait until they have ended."""
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 class BackgroundTasks:
@@ -30,15 +57,10 @@ class BackgroundTasks:
         if self.closing:
             coro.close()
             return None
-        task = asyncio.get_running_loop().create_task(coro, name=name)
+        task = start_task(coro, name)
         self._tasks.add(task)
-        task.add_done_callback(self._done)
+        task.add_done_callback(self._tasks.discard)
         return task
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background task %s failed", task.get_name(), exc_info=task.exception())
 
     def close(self) -> None:
         self.closing = True

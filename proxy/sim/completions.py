@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from proxy.sim.generate import Generation, generate
 from proxy.sim.render import DONE, ChunkEncoder, full_response
 from proxy.sim.request import Endpoint, RequestError, SamplingSpec, parse_request
 from proxy.sim.state import SIM_STATE, Fault, SimState, error_response, json_response
+from proxy.sim.tokens import Generation, generate
 
 # With no inter-token delay, events are written in batches of this many bytes.
 _BATCH_BYTES = 16384

@@ -3,8 +3,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from proxy.sim.config import SimConfig
-from proxy.sim.generate import candidates, generate, top_logprobs
 from proxy.sim.request import SamplingSpec, parse_request
+from proxy.sim.tokens import candidates, generate, top_logprobs
 from proxy.sim.vocab import build_vocab
 
 VOCAB = build_vocab()
