@@ -17,7 +17,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from _paths import Layout, backend
 from _procs import free_port
@@ -27,6 +26,7 @@ from proxy.mirror.config import ProxyConfig, RouteConfig, StoreConfig
 from proxy.mirror.exchange import unstreamed
 from proxy.mirror.http1 import Feed, Http1Connection, Http1Pool
 from proxy.mirror.ipc import Channel
+from proxy.mirror.messages import Done, End, Start
 from proxy.mirror.shadow import mirror_headers
 
 CONCURRENCY = 32
@@ -91,9 +91,9 @@ async def handover(primary: Stream, requests: int, runs: int) -> Cpu:
     relay_sock, worker_sock = socket.socketpair()
     waiting: dict[int, asyncio.Future[None]] = {}
 
-    def on_message(message: tuple[Any, ...]) -> None:
-        if message[0] == "end":
-            waiting.pop(message[1]).set_result(None)
+    def on_message(message: object) -> None:
+        if isinstance(message, End):
+            waiting.pop(message.xid).set_result(None)
 
     worker_end = Channel(on_message, lambda exc: None)
     relay_end = Channel(lambda message: None, lambda exc: None)
@@ -102,16 +102,16 @@ async def handover(primary: Stream, requests: int, runs: int) -> Cpu:
 
     async def one(xid: int) -> None:
         waiting[xid] = loop.create_future()
-        relay_end.send(("start", xid, 1, "http://p", "http://s", "http://b", PATH,
-                        list(CLIENT_HEADERS), b"{}", "completions", time.time(),
-                        time.perf_counter()))
+        relay_end.send(Start(xid, 1, "http://p", "http://s", "http://b", PATH,
+                             list(CLIENT_HEADERS), b"{}", "completions", time.time(),
+                             time.perf_counter()))
         payloads: list[bytes] = []
         times: list[float] = []
         for payload, t in zip(primary.payloads, primary.times):
             payloads.append(payload)
             times.append(t)
-        relay_end.send(("end", xid, "text/event-stream", payloads, times, 200, None, False,
-                        times[-1]))
+        relay_end.send(End(xid, "text/event-stream", payloads, times, 200, None, False,
+                           times[-1]))
         await waiting[xid]
 
     try:
@@ -154,9 +154,9 @@ async def whole_worker(urls: dict[str, str], client_body: bytes, primary: Stream
 
         handled_bytes = 0
 
-        def send(self, message: tuple[Any, ...]) -> int:
-            if message[0] == "done":
-                waiting.pop(message[1]).set_result(None)
+        def send(self, message: object) -> int:
+            if isinstance(message, Done):
+                waiting.pop(message.xid).set_result(None)
             return 1
 
         def close(self) -> None:
@@ -173,14 +173,14 @@ async def whole_worker(urls: dict[str, str], client_body: bytes, primary: Stream
 
     async def one(xid: int) -> None:
         waiting[xid] = done = loop.create_future()
-        worker.handle(("start", xid, 1, routes.primary, routes.shadow, routes.baseline, PATH,
-                       list(CLIENT_HEADERS), client_body, "completions", time.time(),
-                       time.perf_counter()))
+        worker.handle(Start(xid, 1, routes.primary, routes.shadow, routes.baseline, PATH,
+                            list(CLIENT_HEADERS), client_body, "completions", time.time(),
+                            time.perf_counter()))
         await asyncio.sleep(count * itl_s)  # the primary streams to its client meanwhile
         t_end = time.perf_counter()
         times = [t_end - (count - 1 - i) * itl_s for i in range(count)]
-        worker.handle(("end", xid, "text/event-stream", primary.payloads, times, 200, None,
-                       False, t_end))
+        worker.handle(End(xid, "text/event-stream", primary.payloads, times, 200, None,
+                          False, t_end))
         await done
 
     try:
