@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the verdict as JSON (as /admin/gate/analysis answers)")
     add_gate_arguments(parser, "criteria for --prometheus (--url uses the sidecar's own)")
-    parser.set_defaults(func=_run)
+    parser.set_defaults(func=_run, usage_error=_usage_error)
 
 
 def _usage_error(message: str) -> NoReturn:

@@ -18,6 +18,8 @@ from tests.e2e.servers import free_port
     (["--prometheus", "ftp://p"], "'ftp://p'"),
     (["--prometheus", "http://p:9090", "--gate-min-samples", "0"], "0"),
     (["--url", "http://a", "--prometheus", "http://b"], "not allowed with"),
+    (["--url", "http://a", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--url", "http://a", "extra"], "unrecognized arguments: extra"),
 ])
 def test_bad_arguments_exit_4(argv, quoted, capsys):
     with pytest.raises(SystemExit) as exited:
