@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import urllib.error
@@ -101,6 +102,8 @@ def _from_prometheus(args: argparse.Namespace) -> dict[str, Any]:
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        if not 0 < args.timeout < math.inf:
+            raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout!r}")
         result = _from_sidecar(args) if args.url else _from_prometheus(args)
     except ValueError as exc:
         print(f"vllm-cutover gate: {exc}", file=sys.stderr)

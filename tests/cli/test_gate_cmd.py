@@ -20,6 +20,8 @@ from tests.e2e.servers import free_port
     (["--url", "http://a", "--prometheus", "http://b"], "not allowed with"),
     (["--url", "http://a", "--bogus"], "unrecognized arguments: --bogus"),
     (["--url", "http://a", "extra"], "unrecognized arguments: extra"),
+    (["--url", "http://a", "--timeout", "-1"], "got -1.0"),
+    (["--prometheus", "http://p:9090", "--timeout", "nan"], "got nan"),
 ])
 def test_bad_arguments_exit_4(argv, quoted, capsys):
     with pytest.raises(SystemExit) as exited:
