@@ -97,3 +97,13 @@ def test_paired_delta_interval_covers_a_shift() -> None:
     assert expected == pytest.approx(old.perplexity * (math.exp(0.05) - 1))
     low, high = delta["ci"]
     assert 0 < low <= expected <= high
+
+
+def test_verify_with_an_unreadable_golden_file_exits_2(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "g.jsonl"
+    broken.write_text('{"golden": 1, "engine": {}}\nnot json\n')
+    for golden, named in ((tmp_path / "missing.jsonl", "missing.jsonl"),
+                          (broken, "g.jsonl:2: not JSON")):
+        assert main(["verify", "--url", "http://127.0.0.1:9", "--golden", str(golden)]) == 2
+        assert named in capsys.readouterr().err
