@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from proxy.cli.gate_args import add_gate_arguments, gate_criteria
 from proxy.cli.proxy_cmd import GATE_TOKEN_ENV, TOKEN_ENV
+from proxy.credentials import redact
 
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 2, "unavailable": 3, "usage": 4}
 
@@ -106,10 +107,10 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout!r}")
         result = _from_sidecar(args) if args.url else _from_prometheus(args)
     except ValueError as exc:
-        print(f"vllm-cutover gate: {exc}", file=sys.stderr)
+        print(f"vllm-cutover gate: {redact(str(exc))}", file=sys.stderr)
         return EXIT_CODES["usage"]
     except RuntimeError as exc:
-        print(f"vllm-cutover gate: no verdict: {exc}", file=sys.stderr)
+        print(f"vllm-cutover gate: no verdict: {redact(str(exc))}", file=sys.stderr)
         return EXIT_CODES["unavailable"]
     verdict = result.get("verdict")
     if verdict not in ("pass", "fail", "inconclusive"):

@@ -35,3 +35,11 @@ def test_unreachable_exits_3(capsys):
     assert main(["gate", "--url", dead]) == 3
     assert main(["gate", "--prometheus", dead]) == 3
     assert "no verdict" in capsys.readouterr().err
+
+
+def test_no_verdict_error_hides_a_url_password(capsys):
+    port = free_port()
+    assert main(["gate", "--url", f"http://u:s3cret@127.0.0.1:{port}"]) == 3
+    assert main(["gate", "--prometheus", f"http://u:s3cret@127.0.0.1:{port}"]) == 3
+    err = capsys.readouterr().err
+    assert "s3cret" not in err and "u:***@127.0.0.1" in err
