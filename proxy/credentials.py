@@ -14,8 +14,9 @@ import logging
 import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-# scheme://userinfo@ in any text; the userinfo ends at the last '@' before the host.
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:'\"]*)"
+# scheme://userinfo@ in any text; the userinfo ends at the last '@' before the host (a
+# user name may hold an '@' of its own: http://me@corp.example:pw@host, as urlsplit reads it).
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/\s:'\"]*)"
                        r"(?::[^/\s'\"]*)?@(?=[^/@\s'\"]*(?:[/\s'\"]|$))")
 
 

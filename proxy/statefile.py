@@ -52,4 +52,6 @@ class StateFile:
                 self._data[section] = value
             if self.path is None:
                 return
-            write_text_atomic(self.path, json.dumps(self._data, indent=1, sort_keys=True))
+            # 0600: the routes keep the credentials of backend URLs.
+            write_text_atomic(self.path, json.dumps(self._data, indent=1, sort_keys=True),
+                              mode=0o600)

@@ -46,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    args, unknown = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    if unknown:  # refused by the subcommand's own error where it has one (`gate` exits 4)
+        getattr(args, "usage_error", parser.error)(
+            f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from proxy.cli.gate_args import add_match_arguments
+from proxy.credentials import redact, redact_json
 
 EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 1, 2, 3
 EXIT_HELP = ("exit codes: 0 pass, 1 fail, 2 bad input or an engine that cannot be used, "
@@ -100,7 +101,7 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def fail(command: str, exc: Exception) -> int:
-    print(f"vllm-cutover eval {command}: error: {exc}", file=sys.stderr)
+    print(f"vllm-cutover eval {command}: error: {redact(str(exc))}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 
@@ -109,7 +110,15 @@ def verdict_exit(verdict: str) -> int:
 
 
 def emit(result: dict[str, Any], as_json: bool, text: str) -> None:
-    sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n" if as_json else text)
+    """The result on stdout; an engine URL's credentials (aiohttp sends them) are not shown."""
+    sys.stdout.write(json.dumps(redact_json(result), indent=2, default=str) + "\n" if as_json
+                     else redact(text))
+
+
+def write_html(path: str, html: str) -> None:
+    from proxy.atomic import write_text_atomic
+
+    write_text_atomic(path, redact(html))
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -146,7 +155,6 @@ def _run_record(args: argparse.Namespace) -> int:
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    from proxy.atomic import write_text_atomic
     from proxy.cli.gate_args import match_criteria
     from proxy.evaluate.golden import read_golden
     from proxy.evaluate.jsonl import EvalInputError
@@ -164,7 +172,7 @@ def _run_compare(args: argparse.Namespace) -> int:
                                 args.baseline_url.rstrip("/") if args.baseline_url else None,
                                 _settings(args), criteria, args.allow_model_mismatch)
         if args.html:
-            write_text_atomic(args.html, compare_html(result))
+            write_html(args.html, compare_html(result))
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("compare", exc)
     emit(result, args.json, compare_text(result))

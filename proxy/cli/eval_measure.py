@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from proxy.cli.eval_cmd import EXIT_HELP, add_output_arguments, emit, fail, verdict_exit
+from proxy.cli.eval_cmd import (
+    EXIT_HELP,
+    add_output_arguments,
+    emit,
+    fail,
+    verdict_exit,
+    write_html,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -123,7 +130,6 @@ def perplexity_verdict(result: dict[str, Any], max_increase: float) -> tuple[str
 
 
 def _run_perplexity(args: argparse.Namespace) -> int:
-    from proxy.atomic import write_text_atomic
     from proxy.evaluate.jsonl import EvalInputError
     from proxy.evaluate.perplexity import evaluate_perplexity, read_texts
     from proxy.evaluate.render import perplexity_html
@@ -142,7 +148,7 @@ def _run_perplexity(args: argparse.Namespace) -> int:
             timeout_s=args.timeout, confidence=args.confidence, resamples=args.resamples)
         result["verdict"], result["reason"] = perplexity_verdict(result, args.max_increase)
         if args.html:
-            write_text_atomic(args.html, perplexity_html(result))
+            write_html(args.html, perplexity_html(result))
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("perplexity", exc)
     lines = [f"verdict: {result['verdict'].upper()}: {result['reason']}"]
@@ -155,7 +161,6 @@ def _run_perplexity(args: argparse.Namespace) -> int:
 
 
 def _run_perf(args: argparse.Namespace) -> int:
-    from proxy.atomic import write_text_atomic
     from proxy.evaluate.client import EngineInfo
     from proxy.evaluate.jsonl import EvalInputError
     from proxy.evaluate.perf import BenchTool, side_by_side, verdict
@@ -189,7 +194,7 @@ def _run_perf(args: argparse.Namespace) -> int:
         ratios = [lv["ratios"] for lv in levels if lv["ratios"] is not None]
         result["verdict"], result["reason"] = verdict(ratios, args.max_slowdown)
         if args.html:
-            write_text_atomic(args.html, perf_html(result))
+            write_html(args.html, perf_html(result))
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("perf", exc)
     emit(result, args.json, perf_text(result))
@@ -197,7 +202,6 @@ def _run_perf(args: argparse.Namespace) -> int:
 
 
 def _run_memory(args: argparse.Namespace) -> int:
-    from proxy.atomic import write_text_atomic
     from proxy.evaluate.jsonl import EvalInputError
     from proxy.evaluate.memory import memory_report
     from proxy.evaluate.render import memory_html, memory_text
@@ -210,7 +214,7 @@ def _run_memory(args: argparse.Namespace) -> int:
             raise ValueError(f"--max-kv-drop must be within [0, 1], got {args.max_kv_drop!r}")
         result = memory_report(urls, args.container, args.max_kv_drop)
         if args.html:
-            write_text_atomic(args.html, memory_html(result))
+            write_html(args.html, memory_html(result))
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("memory", exc)
     emit(result, args.json, memory_text(result))

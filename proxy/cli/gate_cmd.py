@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import urllib.error
@@ -16,6 +17,7 @@ from typing import Any, NoReturn
 
 from proxy.cli.gate_args import add_gate_arguments, gate_criteria
 from proxy.cli.proxy_cmd import GATE_TOKEN_ENV, TOKEN_ENV
+from proxy.credentials import redact
 
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 2, "unavailable": 3, "usage": 4}
 
@@ -55,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the verdict as JSON (as /admin/gate/analysis answers)")
     add_gate_arguments(parser, "criteria for --prometheus (--url uses the sidecar's own)")
-    parser.set_defaults(func=_run)
+    parser.set_defaults(func=_run, usage_error=_usage_error)
 
 
 def _usage_error(message: str) -> NoReturn:
@@ -101,12 +103,14 @@ def _from_prometheus(args: argparse.Namespace) -> dict[str, Any]:
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        if not 0 < args.timeout < math.inf:
+            raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout!r}")
         result = _from_sidecar(args) if args.url else _from_prometheus(args)
     except ValueError as exc:
-        print(f"vllm-cutover gate: {exc}", file=sys.stderr)
+        print(f"vllm-cutover gate: {redact(str(exc))}", file=sys.stderr)
         return EXIT_CODES["usage"]
     except RuntimeError as exc:
-        print(f"vllm-cutover gate: no verdict: {exc}", file=sys.stderr)
+        print(f"vllm-cutover gate: no verdict: {redact(str(exc))}", file=sys.stderr)
         return EXIT_CODES["unavailable"]
     verdict = result.get("verdict")
     if verdict not in ("pass", "fail", "inconclusive"):

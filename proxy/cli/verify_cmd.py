@@ -7,6 +7,7 @@ import sys
 
 from proxy.cli.eval_cmd import EXIT_BAD_INPUT, add_replay_arguments, emit
 from proxy.cli.gate_args import add_match_arguments, match_criteria
+from proxy.credentials import redact
 
 
 def _range(value: str) -> tuple[float, float]:
@@ -66,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
             criteria=CompareCriteria(gate=match_criteria(args, CompareCriteria().gate)))
         result = run_checklist(opts)
     except (EvalInputError, ValueError) as exc:
-        print(f"vllm-cutover verify: error: {exc}", file=sys.stderr)
+        print(f"vllm-cutover verify: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     width = max(len(c["name"]) for c in result["checks"])
     text = "".join(f"{c['status'].upper():5} {c['name']:{width}}  {c['detail']}\n"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.evaluate import observe
+from proxy.evaluate.golden import Golden, read_golden
 from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.judge import CompareCriteria
 from proxy.evaluate.kernel_log import kernel_check, parse_log
@@ -98,13 +99,12 @@ def _engine_lines(opts: VerifyOptions) -> list[tuple[str, Line]]:
     return out
 
 
-def _golden_line(opts: VerifyOptions) -> Line:
-    if opts.golden is None:
+def _golden_line(opts: VerifyOptions, golden: Golden | None) -> Line:
+    if golden is None:
         return "n/a", "no --golden given"
-    from proxy.evaluate.golden import read_golden
     from proxy.evaluate.replaying import compare_golden
 
-    result = compare_golden(read_golden(opts.golden), opts.url, None, opts.replay,
+    result = compare_golden(golden, opts.url, None, opts.replay,
                             opts.criteria, opts.allow_model_mismatch)
     detail = (f"{result['compared']} compared, {result['diverged']} diverged, match rate "
               f"{result['match_rate']}; " + "; ".join(
@@ -154,6 +154,8 @@ def _prometheus_line(opts: VerifyOptions) -> Line:
 
 def run_checklist(opts: VerifyOptions) -> dict[str, Any]:
     log, report = read_inputs(opts)
+    # Read before any line runs: an unreadable golden file is bad input (exit 2), not a fail.
+    golden = read_golden(opts.golden) if opts.golden is not None else None
     lines = _engine_lines(opts)
 
     def kernel() -> Line:
@@ -162,7 +164,7 @@ def run_checklist(opts: VerifyOptions) -> dict[str, Any]:
         return kernel_check(parse_log(log), report)
 
     named: list[tuple[str, Callable[[], Line]]] = [
-        ("kernel", kernel), ("golden", lambda: _golden_line(opts)),
+        ("kernel", kernel), ("golden", lambda: _golden_line(opts, golden)),
         ("gpu", lambda: _gpu_line(opts)), ("metrics", lambda: _metrics_line(opts)),
         ("prometheus", lambda: _prometheus_line(opts))]
     for name, check in named:

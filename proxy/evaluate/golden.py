@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.compare.types import Capture, Role
+from proxy.credentials import without_credentials
 from proxy.evaluate.client import Answer, EngineInfo
 from proxy.evaluate.jsonl import EvalInputError, read_objects, write_objects
 from proxy.evaluate.prompts import EvalRequest, endpoint_of
@@ -66,7 +67,7 @@ def capture_from_json(obj: dict[str, Any], role: Role, backend: str) -> Capture:
 def write_golden(path: str, engine: EngineInfo, requests: list[EvalRequest],
                  answers: list[Answer], store_text: bool) -> None:
     header = {"golden": FORMAT, "created_unix": time.time(),
-              "engine": {"url": engine.url, "version": engine.version,
+              "engine": {"url": without_credentials(engine.url), "version": engine.version,
                          "models": list(engine.models)}}
     lines = [header]
     for request, answer in zip(requests, answers, strict=True):

@@ -38,6 +38,9 @@ def read_objects(path: str, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def write_objects(path: str, objects: Iterable[dict[str, Any]]) -> None:
-    """Write one JSON object per line, all or nothing."""
+    """Write one JSON object per line, all or nothing; EvalInputError when it cannot be."""
     text = "".join(json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n" for obj in objects)
-    write_text_atomic(path, text)
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise EvalInputError(f"cannot write {path!r}: {exc.strerror}") from None

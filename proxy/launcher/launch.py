@@ -127,8 +127,12 @@ def launch(config: LaunchConfig, env: Mapping[str, str]) -> int:
             vllm_version=ready.vllm_version, compute_capability=ready.capability,
             policy=config.policy, argv=argv, env=plan.env, changes=plan.changes,
             preflight=checked.to_json() if checked else None)
-        with open(config.report_json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
+        try:
+            with open(config.report_json, "w", encoding="utf-8") as handle:
+                json.dump(report, handle, indent=2)
+        except OSError as exc:
+            raise LaunchStop(f"--report-json {config.report_json!r}: {exc.strerror}",
+                             EXIT_BAD_INPUT) from None
     if plan.config_contents is not None and plan.config_path:
         from proxy.launcher.config_file import write_config
 

@@ -87,9 +87,13 @@ class ScanReport:
         return [f for r in self.files for f in r.fixed]
 
 
-def _image_rows(pins: list[Pin], target: Version, here: bool, fixing: bool) -> list[Finding]:
+def _image_rows(pins: list[Pin], target: Version, here: bool, fixing: bool,
+                bumping: bool) -> list[Finding]:
     how = ("bump it in the same edit: scan --fix --bump-image" if here else
            f"bump vllm== there to {target} before fixing this file")
+    if bumping:  # --fix --bump-image moves the pin with the flags: no manual edit
+        return [Finding(p.file, p.line, p.column, "image", "vllm", p.text, p.bumped(target),
+                        why_older(p, target, here), "fixable") for p in pins]
     return [Finding(p.file, p.line, p.column, "image", "vllm", p.text, p.bumped(target),
                     why_older(p, target, here), "manual",
                     ("this file's flags were not rewritten; " if fixing else "") + how)
@@ -122,7 +126,7 @@ def scan_file(path: Path, kind: FileKind, original: bytes, translate: Translate,
         here = pins_in(label, masked)
         stale = older(here or pins_beside(path), images.target)
         bumping = fix and images.bump and bool(here) and bool(plans)
-        rows = _image_rows(stale, images.target, bool(here), fix and bool(plans))
+        rows = _image_rows(stale, images.target, bool(here), fix and bool(plans), bumping)
         if stale and not bumping:
             held = _held(findings, stale[0], images.target) if fix else findings
             return FileResult(label, tuple(sorted(held + tuple(rows), key=_place)))

@@ -18,6 +18,10 @@ from tests.e2e.servers import free_port
     (["--prometheus", "ftp://p"], "'ftp://p'"),
     (["--prometheus", "http://p:9090", "--gate-min-samples", "0"], "0"),
     (["--url", "http://a", "--prometheus", "http://b"], "not allowed with"),
+    (["--url", "http://a", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--url", "http://a", "extra"], "unrecognized arguments: extra"),
+    (["--url", "http://a", "--timeout", "-1"], "got -1.0"),
+    (["--prometheus", "http://p:9090", "--timeout", "nan"], "got nan"),
 ])
 def test_bad_arguments_exit_4(argv, quoted, capsys):
     with pytest.raises(SystemExit) as exited:
@@ -31,3 +35,11 @@ def test_unreachable_exits_3(capsys):
     assert main(["gate", "--url", dead]) == 3
     assert main(["gate", "--prometheus", dead]) == 3
     assert "no verdict" in capsys.readouterr().err
+
+
+def test_no_verdict_error_hides_a_url_password(capsys):
+    port = free_port()
+    assert main(["gate", "--url", f"http://u:s3cret@127.0.0.1:{port}"]) == 3
+    assert main(["gate", "--prometheus", f"http://u:s3cret@127.0.0.1:{port}"]) == 3
+    err = capsys.readouterr().err
+    assert "s3cret" not in err and "u:***@127.0.0.1" in err

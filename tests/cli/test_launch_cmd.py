@@ -47,6 +47,16 @@ def _launch(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess
                           text=True, env=env, cwd=ROOT, timeout=60, check=False)
 
 
+def test_a_report_that_cannot_be_written_stops_with_exit_2(tmp_path: Path,
+                                                            fake_vllm: dict[str, str]) -> None:
+    report_path = tmp_path / "no-such-dir" / "report.json"
+    proc = _launch(["--dry-run", "--compute-capability", "10.0", "--no-validate",
+                    "--report-json", str(report_path), "--", "vllm", "serve", *GUIDE], fake_vllm)
+    assert proc.returncode == 2, proc.stderr
+    assert f"--report-json '{report_path}': No such file or directory" in proc.stderr
+    assert "Traceback" not in proc.stderr and not Path(fake_vllm["FAKE_MARKER"]).exists()
+
+
 def test_dry_run_report(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     report_path = tmp_path / "report.json"
     env = {**fake_vllm, "VLLM_NVFP4_GEMM_BACKEND": "cutlass", "VLLM_LOGGING_LEVEL": "INFO"}

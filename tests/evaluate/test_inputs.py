@@ -11,7 +11,7 @@ import pytest
 from proxy.cli import main
 from proxy.compare.types import Capture, ExchangeRecord, RequestMeta
 from proxy.evaluate.golden import read_golden
-from proxy.evaluate.jsonl import EvalInputError
+from proxy.evaluate.jsonl import EvalInputError, write_objects
 from proxy.evaluate.perplexity import Scored, paired_delta, windows
 from proxy.evaluate.prompts import read_prompts
 from proxy.evaluate.records import read_record_requests
@@ -97,3 +97,19 @@ def test_paired_delta_interval_covers_a_shift() -> None:
     assert expected == pytest.approx(old.perplexity * (math.exp(0.05) - 1))
     low, high = delta["ci"]
     assert 0 < low <= expected <= high
+
+
+def test_verify_with_an_unreadable_golden_file_exits_2(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "g.jsonl"
+    broken.write_text('{"golden": 1, "engine": {}}\nnot json\n')
+    for golden, named in ((tmp_path / "missing.jsonl", "missing.jsonl"),
+                          (broken, "g.jsonl:2: not JSON")):
+        assert main(["verify", "--url", "http://127.0.0.1:9", "--golden", str(golden)]) == 2
+        assert named in capsys.readouterr().err
+
+
+def test_an_output_that_cannot_be_written_is_bad_input(tmp_path: Path) -> None:
+    out = tmp_path / "no-such-dir" / "golden.jsonl"
+    with pytest.raises(EvalInputError, match=r"cannot write '.*no-such-dir/golden.jsonl': No such"):
+        write_objects(str(out), [{"golden": 1}])

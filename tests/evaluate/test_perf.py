@@ -42,6 +42,7 @@ def test_ratios_and_verdict() -> None:
     assert status == "fail" and "ttft_p50 x2.00" in reason
     assert verdict([compare_runs(old, old)], 1.25)[0] == "pass"
     assert verdict([ratios], 0)[0] == "pass"  # not judged
+    assert verdict([], 1.25) == ("pass", "one engine: measured, nothing compared")
 
 
 def test_missing_series_match_by_family() -> None:

@@ -42,6 +42,21 @@ def test_url_helpers() -> None:
     assert SECRET not in str(bad.value) and "alice:***@h:1" in str(bad.value)
 
 
+def test_a_user_name_with_an_at_sign_keeps_the_password_hidden() -> None:
+    from proxy.credentials import basic_authorization, redact, without_credentials
+    from proxy.mirror.route_state import describe
+
+    url = f"http://me@corp.example:{SECRET}@10.0.0.1:8000"
+    assert without_credentials(url) == "http://10.0.0.1:8000"
+    assert basic_authorization(url) == "Basic " + base64.b64encode(
+        f"me@corp.example:{SECRET}".encode()).decode()
+    assert redact(f"to {url} then") == "to http://me@corp.example:***@10.0.0.1:8000 then"
+    assert SECRET not in describe(RouteConfig(url, url))
+    with pytest.raises(ConfigError) as bad:
+        RouteConfig(f"ftp://me@corp.example:{SECRET}@h:1")
+    assert SECRET not in str(bad.value) and "me@corp.example:***@h:1" in str(bad.value)
+
+
 @pytest.mark.parametrize("capture_worker", [False, True])
 async def test_basic_auth_goes_upstream_and_the_password_nowhere_else(
         backend, proxy, admin, make_config, settle, tmp_path, caplog, capture_worker) -> None:

@@ -106,6 +106,18 @@ def test_bump_image_fixes_and_bumps_in_one_edit(tmp_path: Path,
     assert _scan(path, capsys) == (0, [])
 
 
+def test_a_bumped_pin_is_no_manual_edit(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "compose.yaml"
+    path.write_text(COMPOSE)
+    capsys.readouterr()
+    assert main(["scan", str(path), "--target-version", "0.32", "--compute-capability", "10.0",
+                 "--fix", "--bump-image"]) == 0
+    out, err = capsys.readouterr()
+    assert "vllm/vllm-openai:v0.32.0-cu128" in path.read_text()
+    assert "manual edit" not in out and "0 need a manual edit" in err, (out, err)
+
+
 def test_compose_bump_keeps_the_variant_and_drops_emptied_environment(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "compose.yaml"
