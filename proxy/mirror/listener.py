@@ -101,6 +101,13 @@ class GuardedRequestHandler(RequestHandler):
         self._guard.busy(self, self._peer_ip)
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        # Bytes arriving are a request on its way: from here until its answer ends the
+        # connection is not idle, so the cap never closes one whose request was read but
+        # whose handler has not started yet (a partial head is the header timeout's).
+        self._guard.busy(self, self._peer_ip)
+        super().data_received(data)
+
     def request_started(self) -> None:
         self._guard.busy(self, self._peer_ip)
 

@@ -184,6 +184,33 @@ def test_idle_connections_per_client_are_capped(proxy):
             sock.close()
 
 
+def test_a_request_being_received_is_not_closed_as_idle(proxy):
+    """The oldest connection has sent half its request head when more idle connections
+    than the cap arrive: it is not idle, so it stays open and its request is answered."""
+    sending = _connect(proxy)
+    body = json.dumps({"model": "sim-model", "prompt": "hi", "max_tokens": 2}).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: {HOST}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n").encode()
+    sending.sendall(head[:40])
+    time.sleep(0.3)  # the proxy has read those bytes before the crowd arrives
+    crowd = [_connect(proxy) for _ in range(MAX_IDLE + 5)]
+    try:
+        assert http_request("GET", proxy.url + "/v1/models").status == 200
+        wait_for(lambda: sum(_closed(c) for c in crowd) >= 5 or None, HEADER_TIMEOUT_S * 0.8,
+                 "the cap closed the oldest idle connections", every_s=0.05)
+        sending.setblocking(True)
+        sending.sendall(head[40:] + b"Connection: close\r\n\r\n" + body)
+        answer = b""
+        while chunk := sending.recv(65536):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert b'"choices"' in answer
+    finally:
+        sending.close()
+        for sock in crowd:
+            sock.close()
+
+
 def test_a_stream_longer_than_the_header_timeout_is_not_cut(proxy):
     port = int(proxy.url.rsplit(":", 1)[1])
     conn = http.client.HTTPConnection(HOST, port, timeout=60)
