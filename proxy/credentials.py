@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 # scheme://userinfo@ in any text; the userinfo ends at the last '@' before the host (a
 # user name may hold an '@' of its own: http://me@corp.example:pw@host, as urlsplit reads it).
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/\s:'\"]*)"
-                       r"(?::[^/\s'\"]*)?@(?=[^/@\s'\"]*(?:[/\s'\"]|$))")
+                       r"(?P<password>:[^/\s'\"]*)?@(?=[^/@\s'\"]*(?:[/\s'\"]|$))")
 
 
 def without_credentials(url: str) -> str:
@@ -39,8 +39,11 @@ def basic_authorization(url: str) -> str | None:
 
 
 def redact(text: str) -> str:
-    """`text` with every URL's password replaced by *** (`http://user:***@host`)."""
-    return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+    """`text` with every URL's password replaced by *** (`http://user:***@host`); userinfo
+    without a password is a token itself (`http://TOKEN@host`) and is hidden whole."""
+    return _USERINFO.sub(
+        lambda m: f"{m['scheme']}{m['user']}:***@" if m["password"] else f"{m['scheme']}***@",
+        text)
 
 
 def redact_json(value: object) -> object:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from proxy.compare.gate import GateCriteria
 from proxy.compare.stats import LatencySamples, ratio
 from proxy.compare.types import Capture
 from proxy.evaluate.client import replay
@@ -122,7 +123,15 @@ def compare_runs(old: Run, new: Run) -> dict[str, float | None]:
             out[f"{metric}_{stat[:-2]}"] = ratio(n[metric][stat], o[metric][stat])
     for key in ("output_throughput", "request_throughput"):
         out[key] = ratio(n[key], o[key])
+    # Failures are no speed: a faster new engine that fails requests is judged on them too.
+    for name, run in (("old", old), ("new", new)):
+        sent = run.completed + run.failed
+        out[f"{name}_error_rate"] = run.failed / sent if sent else None
     return out
+
+
+# The live gate's default: new may fail at most this share of requests more than old.
+MAX_EXCESS_ERROR_RATE = GateCriteria().max_error_rate_excess
 
 
 def verdict(ratios: list[dict[str, float | None]], max_slowdown: float) -> tuple[str, str]:
@@ -132,6 +141,10 @@ def verdict(ratios: list[dict[str, float | None]], max_slowdown: float) -> tuple
         return "pass", "one engine: measured, nothing compared"
     worst = []
     for r in ratios:
+        new_err, old_err = r.get("new_error_rate") or 0.0, r.get("old_error_rate") or 0.0
+        if new_err > old_err + MAX_EXCESS_ERROR_RATE:
+            return "fail", (f"new failed {new_err:.1%} of its requests, old {old_err:.1%} "
+                            f"(at most {MAX_EXCESS_ERROR_RATE:.0%} more)")
         for key in ("ttft_p50", "tpot_p50"):
             if (r[key] or 0) > max_slowdown:
                 worst.append(f"{key} x{r[key]:.2f}")

@@ -45,6 +45,18 @@ def test_ratios_and_verdict() -> None:
     assert verdict([], 1.25) == ("pass", "one engine: measured, nothing compared")
 
 
+def test_a_faster_new_engine_that_fails_requests_fails() -> None:
+    old = run_from_bench_json(bench_json(0.1, 0.02))
+    doc = bench_json(0.05, 0.01)
+    doc["completed"] = len(doc["errors"]) - 1
+    doc["errors"] = [""] * (len(doc["errors"]) - 1) + ["timeout"]
+    new = run_from_bench_json(doc)
+    ratios = compare_runs(old, new)
+    assert ratios["new_error_rate"] and ratios["new_error_rate"] > 0.01
+    status, reason = verdict([ratios], 1.25)
+    assert status == "fail" and "new failed" in reason
+
+
 def test_missing_series_match_by_family() -> None:
     names = {"vllm:time_to_first_token_seconds_bucket", "vllm:generation_tokens_total",
              "vllm:num_requests_running"}

@@ -57,6 +57,14 @@ def test_a_user_name_with_an_at_sign_keeps_the_password_hidden() -> None:
     assert SECRET not in str(bad.value) and "me@corp.example:***@h:1" in str(bad.value)
 
 
+def test_userinfo_without_a_password_is_hidden_whole() -> None:
+    from proxy.credentials import redact
+
+    # A token as the user part (http://TOKEN@host) is the secret itself.
+    assert redact(f"to http://{SECRET}@10.0.0.1:8000/v1 then") == "to http://***@10.0.0.1:8000/v1 then"
+    assert redact(f"'https://{SECRET}@h'") == "'https://***@h'"
+
+
 @pytest.mark.parametrize("capture_worker", [False, True])
 async def test_basic_auth_goes_upstream_and_the_password_nowhere_else(
         backend, proxy, admin, make_config, settle, tmp_path, caplog, capture_worker) -> None:
