@@ -180,7 +180,6 @@ def _run_perf(args: argparse.Namespace) -> int:
                 raise ValueError("--vllm-bench needs --tokenizer (vllm bench's random dataset)")
             tool = BenchTool(args.vllm_bench, args.tokenizer, args.input_len, args.output_len,
                              args.num_prompts)
-            requests = []
         elif args.prompts is None:
             raise ValueError("give --prompts (our client) or --vllm-bench")
         else:
