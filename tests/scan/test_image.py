@@ -20,7 +20,7 @@ metadata: {name: vllm}
 spec:
   containers:
   - name: vllm
-    image: "docker.io/vllm/vllm-openai:v0.10.2"  # pinned
+    image: "registry.example.com/vllm/vllm-openai:v0.10.2"  # pinned
     args: ["--model", "m", "--fp4-gemm-backend", "cutlass"]
     env:
     - name: VLLM_USE_FBGEMM
@@ -84,11 +84,11 @@ def test_fix_refuses_a_file_whose_image_is_older(tmp_path: Path,
     code, rows = _scan(path, capsys, "--fix")
     assert code == 1 and path.read_text() == K8S and not list(tmp_path.glob("*.bak"))
     image = next(r for r in rows if r["kind"] == "image")
-    assert (image["line"], image["fix"]) == (7, "docker.io/vllm/vllm-openai:v0.32.0")
+    assert (image["line"], image["fix"]) == (7, "registry.example.com/vllm/vllm-openai:v0.32.0")
     assert "runs vLLM 0.10.2, older than the target 0.32.0" in image["reason"]
     assert all(r["status"] == "manual" for r in rows)
     flag = next(r for r in rows if r["name"] == "--fp4-gemm-backend")
-    assert flag["note"].startswith("not rewritten: docker.io/vllm/vllm-openai:v0.10.2")
+    assert flag["note"].startswith("not rewritten: registry.example.com/vllm/vllm-openai:v0.10.2")
 
 
 def test_bump_image_fixes_and_bumps_in_one_edit(tmp_path: Path,
@@ -98,7 +98,7 @@ def test_bump_image_fixes_and_bumps_in_one_edit(tmp_path: Path,
     code, rows = _scan(path, capsys, "--fix", "--bump-image")
     assert code == 0 and all(r["status"] == "fixed" for r in rows), rows
     text = path.read_text()
-    assert '"docker.io/vllm/vllm-openai:v0.32.0"  # pinned' in text
+    assert '"registry.example.com/vllm/vllm-openai:v0.32.0"  # pinned' in text
     container = yaml.safe_load(text)["spec"]["containers"][0]
     assert "--kernel-config" in container["args"]
     # the only env entry went, and the emptied `env:` with it
