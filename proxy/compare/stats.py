@@ -15,7 +15,9 @@ from typing import Literal
 from proxy.compare.types import Capture
 
 Alternative = Literal["two-sided", "greater", "less"]
-METRICS = ("ttft", "itl", "tpot", "e2e")
+# Streamed requests give TTFT, ITL, TPOT and E2E; unstreamed ones only their end-to-end time
+# and that time per output token (as `vllm bench serve` reports them), kept apart, never pooled.
+METRICS = ("ttft", "itl", "tpot", "e2e", "e2e_unstreamed", "tpot_unstreamed")
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -73,6 +75,8 @@ class LatencySamples:
     tpot_s: tuple[float, ...] = ()
     e2e_s: tuple[float, ...] = ()
     output_tokens: tuple[int, ...] = ()
+    e2e_unstreamed_s: tuple[float, ...] = ()
+    tpot_unstreamed_s: tuple[float, ...] = ()  # E2E over completion tokens, unstreamed only
 
     @classmethod
     def from_captures(cls, captures: Iterable[Capture]) -> LatencySamples:

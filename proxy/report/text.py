@@ -7,7 +7,8 @@ from statistics import median
 
 from proxy.report.model import ROLE_LABELS, LatencyRow, PairSummary, Report, versions_note
 
-METRIC_LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E"}
+METRIC_LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E",
+                 "e2e_unstreamed": "E2E (unstreamed)", "tpot_unstreamed": "TPOT (unstreamed)"}
 
 
 def ms(value_s: float | None) -> str:
