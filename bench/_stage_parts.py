@@ -24,10 +24,10 @@ from multidict import CIMultiDict
 
 from proxy.mirror.config import ProxyConfig, RouteConfig, StoreConfig
 from proxy.mirror.exchange import unstreamed
-from proxy.mirror.http1 import Feed, Http1Connection, Http1Pool
-from proxy.mirror.ipc import Channel
-from proxy.mirror.messages import Done, End, Start
 from proxy.mirror.shadow import mirror_headers
+from proxy.mirror.upstream.http1 import Feed, Http1Connection, Http1Pool
+from proxy.mirror.worker.ipc import Channel
+from proxy.mirror.worker.messages import Done, End, Start
 
 CONCURRENCY = 32
 CLIENT_HEADERS = (("Content-Type", "application/json"), ("Accept", "text/event-stream"))
@@ -144,7 +144,7 @@ async def reads(urls: dict[str, str], shadow_body: bytes, requests: int, runs: i
 async def whole_worker(urls: dict[str, str], client_body: bytes, primary: Stream,
                        requests: int, runs: int, tmp: Path) -> Cpu:
     """CaptureWorker.handle with the relay's start and end messages, as over the channel."""
-    from proxy.mirror.worker import CaptureWorker  # loads scipy: only here
+    from proxy.mirror.worker.process import CaptureWorker  # loads scipy: only here
 
     loop = asyncio.get_running_loop()
     waiting: dict[int, asyncio.Future[None]] = {}

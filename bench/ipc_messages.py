@@ -5,7 +5,7 @@
 Pack + unpack of one message, in microseconds, for: the positional tuple the channel
 carried before (pickle.dumps, pickle.loads); a slotted dataclass pickled as Python
 does by default (its class by name, its slots by name); the typed messages as
-`proxy.mirror.ipc` sends them (`to_wire` -> (code, fields...) -> pickle, and back
+`proxy.mirror.worker.ipc` sends them (`to_wire` -> (code, fields...) -> pickle, and back
 through `from_wire`); a msgspec Struct through msgspec's msgpack (when msgspec is
 installed; it is not a dependency). Messages as on
 the hot path: `Start` (headers, a 600-byte body), `Chunks` (32 KiB of SSE in 160
@@ -21,7 +21,7 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
-from proxy.mirror.messages import Chunks, Done, End, Start, from_wire, to_wire
+from proxy.mirror.worker.messages import Chunks, Done, End, Start, from_wire, to_wire
 
 HEADERS = [("Host", "old:8000"), ("Content-Type", "application/json"),
            ("Authorization", "Bearer x" * 4), ("User-Agent", "python-httpx/0.27")]

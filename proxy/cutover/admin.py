@@ -2,7 +2,7 @@
 
 `GET /admin/cutover` (status) is open like the gate; starting a cutover and every operator
 command need the admin bearer token, checked exactly as the proxy's other mutating
-endpoints are (`proxy.mirror.admin._authorized`).
+endpoints are (`proxy.mirror.admin.api._authorized`).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ async def _body(request: web.Request) -> Any:
 
 def add_cutover_routes(admin_app: web.Application, get_service: GetService) -> None:
     """Register the cutover endpoints on the proxy's admin application."""
-    # Imported here: proxy.mirror.admin imports this module to call this function.
-    from proxy.mirror import admin as mirror_admin
+    # Imported here: proxy.mirror.admin.api imports this module to call this function.
+    from proxy.mirror.admin import api as mirror_admin
 
     def service_or_error(request: web.Request, mutating: bool) -> CutoverService | web.Response:
         if mutating and (denied := mirror_admin._authorized(request)) is not None:

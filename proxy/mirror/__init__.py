@@ -1,11 +1,15 @@
 """The mirroring proxy: relay to the primary, mirror to shadow/baseline, compare, record.
 
-config (typed settings) -> app (factory, handler, lifecycle) -> relay (primary path:
-aiohttp server, body written from the upstream socket) and exchange (one mirrored
-request: shadow.fetch_capture, token ids, compare, record); http1 (the lean upstream
-client both lanes use); routing (run-time routes, pools per lane), admin (routes,
-swap, gate, stats, records, /metrics), route_state (routes as JSON, persisted and
-restored), control (what a cutover acts through), verdict (gate off the loop), server
-(listeners, signals, graceful shutdown); remote, link, worker, ipc and messages (the
-capture worker, its channel and the typed messages on it). Background tasks: `proxy.tasks`.
+Here: config (typed settings) -> app (factory, handler, lifecycle) -> relay (primary
+path: aiohttp server, body written from the upstream socket) and exchange (one mirrored
+request: shadow.fetch_capture, token ids, compare, record); admission, load and
+collector (what may be mirrored under load, and GC pauses kept short); listener and
+server (sockets, signals, graceful shutdown); route_state (routes persisted and
+restored), control (what a cutover acts through), evidence and verdict (the gate off the
+loop). Rooms:
+- `upstream/`: the lean HTTP/1.1 client both lanes use (http1, stamped) and routing;
+- `worker/`: the capture worker process and its channel (process, link, remote, ipc,
+  messages, priority);
+- `admin/`: the admin listener (api) and the gate's Argo / Flagger forms (gate_hooks).
+Background tasks: `proxy.tasks`.
 """

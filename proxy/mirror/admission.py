@@ -22,8 +22,8 @@ from proxy.metrics import ProxyMetrics
 from proxy.mirror.config import MirrorConfig
 from proxy.mirror.load import LoopLoad, overloaded
 from proxy.mirror.relay import ChunkTap, RelayResult
-from proxy.mirror.routing import Routes
 from proxy.mirror.shadow import Sampler
+from proxy.mirror.upstream.routing import Routes
 
 FLUSH_EVERY_S = 1.0
 

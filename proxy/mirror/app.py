@@ -8,7 +8,7 @@ mirroring first (the capture worker finishes and records what it has), then the
 connection pools, then the store.
 
 Two modes (`ProxyConfig.capture_worker`): by default mirroring, capture,
-comparison and records run in a capture worker process (`proxy.mirror.remote`),
+comparison and records run in a capture worker process (`proxy.mirror.worker.remote`),
 so the client path keeps its core; in-process, the same code runs on the proxy's
 own event loop (one process; for a one-CPU container, and for unit tests).
 """
@@ -34,10 +34,10 @@ from proxy.mirror.evidence import Evidence, LocalEvidence, WorkerEvidence
 from proxy.mirror.exchange import Mirror
 from proxy.mirror.listener import HEAD_LIMITS, GuardedRequestHandler, RateLimitedLog
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
-from proxy.mirror.remote import RemoteMirror
 from proxy.mirror.route_state import restore_routes, route_persister
-from proxy.mirror.routing import Router, make_pool_factory
+from proxy.mirror.upstream.routing import Router, make_pool_factory
 from proxy.mirror.verdict import current_verdict, refresh_verdict_forever
+from proxy.mirror.worker.remote import RemoteMirror
 from proxy.statefile import StateFile
 from proxy.store import RecordStore, SqliteStore
 from proxy.tasks import BackgroundTasks, cancel_all, start_task

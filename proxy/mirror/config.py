@@ -169,7 +169,7 @@ class ProxyConfig:
     # Idle connections (no request in flight) one client IP may hold; one more closes
     # its oldest. High enough for a gateway's keep-alive pool in front of the proxy.
     max_idle_per_client: int = 256
-    # Mirroring, capture, comparison and records in a worker process (proxy.mirror.remote);
+    # Mirroring, capture, comparison and records in a worker process (proxy.mirror.worker.remote);
     # False: all on the proxy's own event loop.
     capture_worker: bool = True
     worker_cpus: tuple[int, ...] | None = None  # pin the worker (None: inherit)

@@ -16,7 +16,7 @@ from proxy.cutover.control import EvidenceWindow, GateView, RoutesView
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.config import RouteConfig
 from proxy.mirror.evidence import Evidence
-from proxy.mirror.routing import Router, Routes
+from proxy.mirror.upstream.routing import Router, Routes
 
 log = logging.getLogger(__name__)
 

@@ -14,15 +14,15 @@ from typing import Any, Protocol
 from proxy.compare.gate import GateCriteria
 from proxy.cutover.control import EvidenceWindow
 from proxy.metrics import ProxyMetrics, merge_expositions
-from proxy.mirror.link import WorkerLink, WorkerUnavailable
-from proxy.mirror.messages import (
+from proxy.mirror.verdict import current_verdict, evaluate_window
+from proxy.mirror.worker.link import WorkerLink, WorkerUnavailable
+from proxy.mirror.worker.messages import (
     AggregatesQuery,
     GateQuery,
     MetricsQuery,
     RecordsQuery,
     WindowGateQuery,
 )
-from proxy.mirror.verdict import current_verdict, evaluate_window
 from proxy.store import RecordStore, SqliteStore, records_page
 
 

@@ -31,8 +31,8 @@ from proxy.metrics import ProxyMetrics
 from proxy.mirror.admission import Admission
 from proxy.mirror.config import MirrorConfig
 from proxy.mirror.relay import ChunkTap, RelayResult
-from proxy.mirror.routing import Routes, Upstream
 from proxy.mirror.shadow import fetch_capture, mirror_headers, tokenize
+from proxy.mirror.upstream.routing import Routes, Upstream
 from proxy.store import RecordStore
 from proxy.tasks import BackgroundTasks
 

@@ -71,7 +71,7 @@ class WorkerBacklog:
     The proxy calls `sent` for every message (with its size) and `handled` when the
     worker reports the bytes it has handled in total; the age of the oldest byte not yet
     reported handled says how far behind the worker is (its reports come every
-    `proxy.mirror.worker.PROGRESS_REPORT_S`, which is the age of a worker keeping up).
+    `proxy.mirror.worker.process.PROGRESS_REPORT_S`, which is the age of a worker keeping up).
     """
 
     sent_bytes: int = 0

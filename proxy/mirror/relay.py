@@ -23,8 +23,8 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http import HttpVersion11
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.mirror.http1 import Http1Connection, UpstreamError
-from proxy.mirror.routing import Upstream
+from proxy.mirror.upstream.http1 import Http1Connection, UpstreamError
+from proxy.mirror.upstream.routing import Upstream
 from proxy.tasks import start_task
 
 log = logging.getLogger(__name__)

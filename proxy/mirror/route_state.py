@@ -15,7 +15,7 @@ from typing import Any
 
 from proxy.credentials import redact, redact_json
 from proxy.mirror.config import ConfigError, RouteConfig
-from proxy.mirror.routing import PersistRoutes
+from proxy.mirror.upstream.routing import PersistRoutes
 from proxy.statefile import StateFile, StateFileError
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from proxy.eventloop import run_fast
-from proxy.mirror.admin import build_admin_app
+from proxy.mirror.admin.api import build_admin_app
 from proxy.mirror.app import METRICS_KEY, ROUTER_KEY, build_app
 from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig

@@ -20,8 +20,8 @@ from multidict import CIMultiDict
 from proxy.compare.capture import CaptureBuilder
 from proxy.compare.request import json_bytes
 from proxy.compare.types import Capture, Role
-from proxy.mirror.http1 import Feed, Http1Connection, UpstreamError, within
-from proxy.mirror.routing import Upstream
+from proxy.mirror.upstream.http1 import Feed, Http1Connection, UpstreamError, within
+from proxy.mirror.upstream.routing import Upstream
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """`vllm-cutover gate`: bad arguments exit 4 with the value quoted; no verdict exits 3.
-(Exit 0/1/2 per verdict: tests/mirror/test_gate_hooks.py and tests/fleet.)"""
+(Exit 0/1/2 per verdict: tests/mirror/admin/test_gate_hooks.py and tests/fleet.)"""
 
 from __future__ import annotations
 

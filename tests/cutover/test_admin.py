@@ -10,7 +10,7 @@ from aiohttp import web
 from proxy.cutover.admin import add_cutover_routes
 from proxy.cutover.control import GateView
 from proxy.cutover.service import CutoverService
-from proxy.mirror.admin import MAIN_APP_KEY
+from proxy.mirror.admin.api import MAIN_APP_KEY
 from proxy.mirror.app import CONFIG_KEY
 from proxy.mirror.config import AdminConfig, ProxyConfig, RouteConfig
 from tests.cutover.world import FAST, World, until

@@ -210,7 +210,7 @@ def settle() -> Callable[..., Awaitable[None]]:
 @pytest.fixture
 def admin(aiohttp_client: Any) -> Callable[..., Awaitable[Any]]:
     """A test client of the admin app of a started main app."""
-    from proxy.mirror.admin import build_admin_app
+    from proxy.mirror.admin.api import build_admin_app
 
     async def start(main_app: web.Application) -> Any:
         return await aiohttp_client(build_admin_app(main_app))

@@ -17,8 +17,8 @@ from proxy.metrics import ProxyMetrics
 from proxy.mirror.app import CONTROL_KEY, MIRROR_KEY
 from proxy.mirror.config import RouteConfig
 from proxy.mirror.control import MirrorControl
-from proxy.mirror.link import WorkerUnavailable
-from proxy.mirror.routing import Router, make_pool_factory
+from proxy.mirror.upstream.routing import Router, make_pool_factory
+from proxy.mirror.worker.link import WorkerUnavailable
 
 GREEDY = {"prompt": "hi", "temperature": 0, "stream": True}
 

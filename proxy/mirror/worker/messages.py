@@ -1,6 +1,6 @@
 """The messages between the proxy and its capture worker, one class per kind.
 
-The channel (`proxy.mirror.ipc`) pickles each as `(wire code, field values...)`,
+The channel (`proxy.mirror.worker.ipc`) pickles each as `(wire code, field values...)`,
 which costs what the positional tuples it replaced cost (bench/README.md, "IPC
 messages"), and rebuilds the class on the other side, where every field is read
 by name. The proxy's first message, `Configure`, carries `SCHEMA`, a digest of

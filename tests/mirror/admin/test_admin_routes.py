@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from .conftest import TOKEN
+from tests.mirror.conftest import TOKEN
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 GREEDY = {"prompt": "hi", "temperature": 0, "stream": True}

@@ -1,4 +1,4 @@
-"""The proxy's side of mirroring through the capture worker (`proxy.mirror.link` runs it).
+"""The proxy's side of mirroring through the capture worker (`proxy.mirror.worker.link` runs it).
 
 The client path only samples, counts and appends the primary's relayed bytes to
 a list (`RemoteExchange`); every `FLUSH_BYTES` and at the end they go to the
@@ -23,10 +23,10 @@ from proxy.compare.types import Endpoint
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.admission import Admission
 from proxy.mirror.config import ProxyConfig
-from proxy.mirror.link import WorkerLink
-from proxy.mirror.messages import AdmissionCounts, Chunks, End, Start
 from proxy.mirror.relay import ChunkTap, RelayResult
-from proxy.mirror.routing import Routes, Upstream
+from proxy.mirror.upstream.routing import Routes, Upstream
+from proxy.mirror.worker.link import WorkerLink
+from proxy.mirror.worker.messages import AdmissionCounts, Chunks, End, Start
 
 log = logging.getLogger(__name__)
 

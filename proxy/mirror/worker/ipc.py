@@ -1,7 +1,7 @@
 """Framed messages between the proxy and its capture worker over a socketpair.
 
 Each frame is a 4-byte big-endian length and a pickle of one message of
-`proxy.mirror.messages` in its wire form. Both ends are this program:
+`proxy.mirror.worker.messages` in its wire form. Both ends are this program:
 the parent makes the socketpair and hands one end to the child it starts, so no
 other process can write a frame (pickle is only ever read from our own child or parent).
 Writes never block: the transport buffers, and the sender watches `buffered_bytes`.
@@ -16,7 +16,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from proxy.mirror.messages import from_wire, to_wire
+from proxy.mirror.worker.messages import from_wire, to_wire
 
 log = logging.getLogger(__name__)
 

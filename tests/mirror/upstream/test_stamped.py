@@ -12,8 +12,8 @@ from typing import Any
 
 from multidict import CIMultiDict
 
-from proxy.mirror.http1 import Http1Pool
-from proxy.mirror.stamped import open_stamped
+from proxy.mirror.upstream.http1 import Http1Pool
+from proxy.mirror.upstream.stamped import open_stamped
 
 
 class Recorder:
@@ -155,8 +155,8 @@ async def test_a_shadow_is_timed_from_its_send_to_its_arrival(aiohttp_server: An
     """A worker that waits for the CPU before sending, and again before reading, still
     measures the backend's own time to first token (20 ms here), not its own waits."""
     from proxy.mirror.config import RouteConfig
-    from proxy.mirror.routing import Router, make_pool_factory
     from proxy.mirror.shadow import fetch_capture
+    from proxy.mirror.upstream.routing import Router, make_pool_factory
     from proxy.sim.app import make_sim_app
     from proxy.sim.config import SimConfig
 

@@ -1,6 +1,6 @@
 """The capture worker: mirrors, captures, compares and records, in its own process.
 
-`vllm-cutover proxy` starts it (`proxy.mirror.remote`) so that what a mirrored
+`vllm-cutover proxy` starts it (`proxy.mirror.worker.remote`) so that what a mirrored
 request costs beyond relaying it (two more answers received and parsed, the
 primary's stream parsed, the comparison, SQLite, the statistics of the gate) runs
 under another GIL than the client path, at a lower priority (nice 10 by default),
@@ -10,7 +10,7 @@ request, the primary's relayed bytes with their arrival times, and how the
 primary's answer ended. perf_counter is the system's monotonic clock, so times
 taken in either process compare.
 
-Messages (`proxy.mirror.messages`). Proxy -> worker: `Configure` first and once,
+Messages (`proxy.mirror.worker.messages`). Proxy -> worker: `Configure` first and once,
 then per mirrored request `Start`, `Chunks` (the primary's bytes so far) and `End`;
 `AdmissionCounts`, `Call` (a `Query`) and `Shutdown`. Worker -> proxy: `Ready`,
 `Done` per request, `Reply` per call, `Progress` every PROGRESS_REPORT_S, `Bye`.
@@ -25,7 +25,6 @@ import gc
 import logging
 import signal
 import socket
-import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -39,9 +38,12 @@ from proxy.metrics import ProxyMetrics
 from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig, RouteConfig
 from proxy.mirror.exchange import Exchange, Mirror
-from proxy.mirror.ipc import Channel
 from proxy.mirror.load import LoopLoad
-from proxy.mirror.messages import (
+from proxy.mirror.relay import ChunkTap, RelayResult
+from proxy.mirror.upstream.routing import Router, Routes, make_pool_factory
+from proxy.mirror.verdict import current_verdict, evaluate_window, refresh_verdict_forever
+from proxy.mirror.worker.ipc import Channel
+from proxy.mirror.worker.messages import (
     SCHEMA,
     AdmissionCounts,
     AggregatesQuery,
@@ -62,10 +64,7 @@ from proxy.mirror.messages import (
     Start,
     WindowGateQuery,
 )
-from proxy.mirror.priority import lower_priority
-from proxy.mirror.relay import ChunkTap, RelayResult
-from proxy.mirror.routing import Router, Routes, make_pool_factory
-from proxy.mirror.verdict import current_verdict, evaluate_window, refresh_verdict_forever
+from proxy.mirror.worker.priority import lower_priority
 from proxy.store import RecordStore, SqliteStore, records_page
 from proxy.tasks import BackgroundTasks, cancel_all, start_task
 
@@ -316,6 +315,3 @@ def main(argv: list[str] | None = None) -> int:
     run_fast(serve(sock, scheduling))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,10 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.mirror.app import MIRROR_KEY
 from proxy.mirror.config import StoreConfig
-from proxy.mirror.messages import Chunks, End, Start
-from proxy.mirror.remote import RemoteMirror
-
-from .conftest import TOKEN
+from proxy.mirror.worker.messages import Chunks, End, Start
+from proxy.mirror.worker.remote import RemoteMirror
+from tests.mirror.conftest import TOKEN
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 GREEDY = {"prompt": "hi", "temperature": 0, "stream": True}
@@ -211,7 +210,7 @@ def _start(xid: int) -> Start:
 
 def test_start_goes_first_and_a_lost_exchange_sends_nothing_more():
     from proxy.mirror.relay import RelayResult
-    from proxy.mirror.remote import FLUSH_BYTES, RemoteExchange
+    from proxy.mirror.worker.remote import FLUSH_BYTES, RemoteExchange
 
     link = _Link()
     exchange = RemoteExchange(link, 7, None, [], _start(7))  # type: ignore[arg-type]

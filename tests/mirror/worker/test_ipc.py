@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from proxy.cutover.control import EvidenceWindow
-from proxy.mirror import messages as m
+from proxy.mirror.worker import messages as m
 from proxy.mirror.config import ProxyConfig, RouteConfig
-from proxy.mirror.ipc import _LENGTH, Channel
+from proxy.mirror.worker.ipc import _LENGTH, Channel
 
 BIG = bytes(range(256)) * (3 * 4096)  # 3 MiB: more than one socket buffer
 
@@ -131,7 +131,7 @@ def test_the_schema_changes_when_a_field_is_added():
 
 
 async def test_a_worker_of_another_schema_exits_without_starting(caplog):
-    from proxy.mirror.worker import serve
+    from proxy.mirror.worker.process import serve
 
     proxy_sock, worker_sock = socket.socketpair()
     served = asyncio.ensure_future(serve(worker_sock))

@@ -19,7 +19,7 @@ from typing import Literal
 from proxy.credentials import without_credentials
 from proxy.cutover.control import RouteConflict
 from proxy.mirror.config import RouteConfig
-from proxy.mirror.http1 import Http1Pool
+from proxy.mirror.upstream.http1 import Http1Pool
 from proxy.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)

@@ -21,6 +21,7 @@ from proxy.cutover.admin import add_cutover_routes
 from proxy.cutover.control import RouteConflict
 from proxy.cutover.service import CUTOVER_KEY
 from proxy.metrics import CONTENT_TYPE_LATEST
+from proxy.mirror.admin.gate_hooks import FLAGGER_LAST_KEY, add_gate_hooks
 from proxy.mirror.app import (
     CONFIG_KEY,
     CONTROL_KEY,
@@ -31,12 +32,11 @@ from proxy.mirror.app import (
     TASKS_KEY,
 )
 from proxy.mirror.control import MirrorControl, redacted_view
-from proxy.mirror.gate_hooks import FLAGGER_LAST_KEY, add_gate_hooks
-from proxy.mirror.link import WorkerUnavailable
 from proxy.mirror.listener import track_requests
 from proxy.mirror.load import LoopLoad
-from proxy.mirror.remote import RemoteMirror
 from proxy.mirror.route_state import ROUTE_KEYS, routes_from_json
+from proxy.mirror.worker.link import WorkerUnavailable
+from proxy.mirror.worker.remote import RemoteMirror
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import proxy
 from proxy.mirror.config import ProxyConfig
-from proxy.mirror.ipc import Channel
 from proxy.mirror.load import LoopLoad, WorkerBacklog
-from proxy.mirror.messages import (
+from proxy.mirror.worker.ipc import Channel
+from proxy.mirror.worker.messages import (
     SCHEMA,
     Bye,
     Call,

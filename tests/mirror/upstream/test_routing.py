@@ -9,7 +9,7 @@ import pytest
 
 from proxy.mirror.app import ROUTER_KEY
 from proxy.mirror.config import RouteConfig
-from proxy.mirror.routing import Router
+from proxy.mirror.upstream.routing import Router
 
 
 class FakeSession:

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from multidict import CIMultiDict
 
-from proxy.mirror.http1 import Feed, Http1Connection, Http1Pool, UpstreamError
+from proxy.mirror.upstream.http1 import Feed, Http1Connection, Http1Pool, UpstreamError
 
 EVENTS = b"data: {\"a\": 1}\n\ndata: [DONE]\n\n"
 CHUNKED = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -288,7 +288,7 @@ def test_works_on_uvloop():
 async def test_dead_backend_fails_fast_then_retries(monkeypatch):
     import socket
 
-    from proxy.mirror import http1
+    from proxy.mirror.upstream import http1
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -323,7 +323,7 @@ async def test_the_primary_lane_never_fails_fast(dead_url):
 
 
 async def test_refusals_in_a_row_back_off_exponentially_until_a_connect_works(monkeypatch):
-    from proxy.mirror import http1
+    from proxy.mirror.upstream import http1
 
     pool = Http1Pool("http://127.0.0.1:9", fail_fast=True)
     clock = [100.0]
@@ -352,7 +352,7 @@ async def test_refusals_in_a_row_back_off_exponentially_until_a_connect_works(mo
 
 
 async def test_within_times_out_without_a_task_and_passes_cancellation_through():
-    from proxy.mirror.http1 import within
+    from proxy.mirror.upstream.http1 import within
 
     async def slow(caller: asyncio.Task[object] | None) -> int:
         assert asyncio.current_task() is caller  # no task of its own

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from multidict import CIMultiDict
 
 from proxy.credentials import basic_authorization
-from proxy.mirror.stamped import open_stamped
+from proxy.mirror.upstream.stamped import open_stamped
 
 log = logging.getLogger(__name__)
 
@@ -442,7 +442,7 @@ class Http1Pool:
         self.base_path = parts.path.rstrip("/")
         self.connect_timeout_s = connect_timeout_s
         self.fail_fast = fail_fast
-        # Time reads by the kernel's arrival stamps (proxy.mirror.stamped): plain TCP only.
+        # Time reads by the kernel's arrival stamps (proxy.mirror.upstream.stamped): plain TCP only.
         self.stamped = stamped and not self.https
         self._idle: list[Http1Connection] = []
         self._closed = False

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from proxy.mirror.admin import build_admin_app
+from proxy.mirror.admin.api import build_admin_app
 from proxy.mirror.app import build_app
 from tests.fuzzing import fuzz_settings
 from tests.mirror.conftest import TOKEN, _make_config

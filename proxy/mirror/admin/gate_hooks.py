@@ -28,7 +28,7 @@ from aiohttp import web
 
 from proxy.compare.gate import analysis_body
 from proxy.mirror.app import CONFIG_KEY, EVIDENCE_KEY
-from proxy.mirror.link import WorkerUnavailable
+from proxy.mirror.worker.link import WorkerUnavailable
 
 log = logging.getLogger(__name__)
 
