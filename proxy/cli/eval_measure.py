@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from proxy.cli.eval_cmd import (
+from proxy.cli.eval_common import (
     EXIT_HELP,
     add_output_arguments,
     emit,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from proxy.cli.eval_cmd import EXIT_BAD_INPUT, add_replay_arguments, emit
+from proxy.cli.eval_common import EXIT_BAD_INPUT, add_replay_arguments, emit
 from proxy.cli.gate_args import add_match_arguments, match_criteria
 from proxy.credentials import redact
 
