@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "of the model length.")
     _add_urls(p)
     p.add_argument("--texts", required=True, metavar="FILE",
-                   help='JSONL, one {"text": "..."} per line')
+                   help='the texts: plain text, one text per paragraph (blank lines '
+                        'between), or JSONL, one {"text": "..."} per line')
     p.add_argument("--max-model-len", type=int, metavar="N",
                    help="window length in tokens (default: the smallest max_model_len the "
                         "engines report in /v1/models)")

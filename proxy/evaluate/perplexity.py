@@ -44,6 +44,36 @@ class Scored:
 
 
 def read_texts(path: str) -> list[str]:
+    """The texts of `path`: JSONL (`{"text": ...}` per line) when its first non-blank line
+    is a JSON object, else plain text, one text per paragraph (blank lines between)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            content = handle.read()
+    except OSError as exc:
+        raise EvalInputError(f"cannot read text set {path!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise EvalInputError(f"{path}: not UTF-8 ({exc.reason})") from None
+    first = next((line.strip() for line in content.splitlines() if line.strip()), "")
+    texts = _jsonl_texts(path) if first.startswith("{") else paragraphs(content)
+    if not texts:
+        raise EvalInputError(f"{path}: no texts")
+    return texts
+
+
+def paragraphs(content: str) -> list[str]:
+    """Paragraphs separated by blank lines (whitespace-only lines count as blank), each
+    with its line breaks kept and surrounding whitespace trimmed."""
+    out, lines = [], []
+    for line in [*content.splitlines(), ""]:
+        if line.strip():
+            lines.append(line.rstrip())
+        elif lines:
+            out.append("\n".join(lines).strip())
+            lines = []
+    return out
+
+
+def _jsonl_texts(path: str) -> list[str]:
     texts = []
     for number, obj in read_objects(path, "text set"):
         text = obj.get("text")
@@ -51,8 +81,6 @@ def read_texts(path: str) -> list[str]:
             raise EvalInputError(f"{path}:{number}: expected {{\"text\": \"...\"}} with a "
                                  f"non-empty string, got keys {sorted(obj)[:8]}")
         texts.append(text)
-    if not texts:
-        raise EvalInputError(f"{path}: no texts")
     return texts
 
 

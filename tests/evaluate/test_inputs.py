@@ -12,7 +12,7 @@ from proxy.cli import main
 from proxy.compare.types import Capture, ExchangeRecord, RequestMeta
 from proxy.evaluate.golden import read_golden
 from proxy.evaluate.jsonl import EvalInputError, write_objects
-from proxy.evaluate.perplexity import Scored, paired_delta, windows
+from proxy.evaluate.perplexity import Scored, paired_delta, read_texts, windows
 from proxy.evaluate.prompts import read_prompts
 from proxy.evaluate.records import read_record_requests
 from proxy.store import SqliteStore
@@ -85,6 +85,25 @@ def test_windows_score_every_token_after_the_first_once() -> None:
     assert windows([5], 8) == []
     with pytest.raises(EvalInputError):
         windows(ids, 2)
+
+
+def test_texts_are_paragraphs_of_a_plain_file_or_lines_of_jsonl(tmp_path: Path) -> None:
+    plain = tmp_path / "texts.txt"
+    plain.write_text("\n\nThe first paragraph,\nwrapped.\n   \n\nSecond {one}.\n\n\nThird\n")
+    assert read_texts(str(plain)) == ["The first paragraph,\nwrapped.", "Second {one}.", "Third"]
+    jsonl = tmp_path / "texts.jsonl"
+    jsonl.write_text('\n{"text": "a b"}\n\n{"text": "c\\n\\nd"}\n')
+    assert read_texts(str(jsonl)) == ["a b", "c\n\nd"]
+    jsonl.write_text('{"text": "a"}\n{"prompt": "b"}\n')
+    with pytest.raises(EvalInputError, match=r"texts.jsonl:2: expected \{\"text\""):
+        read_texts(str(jsonl))
+    for content, error in (("\n \n", "no texts"), (b"\xff\xfe", "not UTF-8")):
+        empty = tmp_path / "bad.txt"
+        empty.write_bytes(content.encode() if isinstance(content, str) else content)
+        with pytest.raises(EvalInputError, match=error):
+            read_texts(str(empty))
+    with pytest.raises(EvalInputError, match="cannot read text set"):
+        read_texts(str(tmp_path / "missing.txt"))
 
 
 def test_paired_delta_interval_covers_a_shift() -> None:
