@@ -113,8 +113,8 @@ def _run_record(args: argparse.Namespace) -> int:
                       store_text=args.store_text)
     except (EvalInputError, ValueError) as exc:
         return fail("record", exc)
-    print(f"recorded {done['requests']} answers of {done['models']} on vLLM {done['version']} "
-          f"into {done['output']}")
+    print(f"recorded {done.requests} answers of {done.models} on vLLM {done.version} "
+          f"into {done.output}")
     return 0
 
 
@@ -140,4 +140,4 @@ def _run_compare(args: argparse.Namespace) -> int:
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("compare", exc)
     emit(result, args.json, compare_text(result))
-    return verdict_exit(result["verdict"])
+    return verdict_exit(result.verdict)

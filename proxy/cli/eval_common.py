@@ -7,6 +7,7 @@ memory), so that neither imports the other.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -44,10 +45,17 @@ def verdict_exit(verdict: str) -> int:
     return {"pass": 0, "fail": EXIT_FAIL}.get(verdict, EXIT_INCONCLUSIVE)
 
 
-def emit(result: dict[str, Any], as_json: bool, text: str) -> None:
+def to_json(result: Any) -> Any:
+    """A typed result (a dataclass, nested ones included) as the JSON document it prints."""
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return dataclasses.asdict(result)
+    return result
+
+
+def emit(result: Any, as_json: bool, text: str) -> None:
     """The result on stdout; an engine URL's credentials (aiohttp sends them) are not shown."""
-    sys.stdout.write(json.dumps(redact_json(result), indent=2, default=str) + "\n" if as_json
-                     else redact(text))
+    sys.stdout.write(json.dumps(redact_json(to_json(result)), indent=2, default=str) + "\n"
+                     if as_json else redact(text))
 
 
 def write_html(path: str, html: str) -> None:

@@ -18,8 +18,9 @@ from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.judge import CompareCriteria
 from proxy.evaluate.kernel_log import kernel_check, parse_log
 from proxy.evaluate.replaying import ReplaySettings
+from proxy.evaluate.results import CheckLine, Checklist, CheckStatus
 
-Line = tuple[str, str]  # (status, detail)
+Line = tuple[CheckStatus, str]
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def _engine_lines(opts: VerifyOptions) -> list[tuple[str, Line]]:
         status, _ = observe.http_get(opts.url + "/health")
     except EvalInputError as exc:
         return [(name, ("fail", str(exc))) for name in ("health", "models", "version")]
-    out = [("health", ("pass", "/health 200") if status == 200
+    out: list[tuple[str, Line]] = [("health", ("pass", "/health 200") if status == 200
             else ("fail", f"/health answered HTTP {status}"))]
     _, body = observe.http_get(opts.url + "/v1/models")
     try:
@@ -106,10 +107,10 @@ def _golden_line(opts: VerifyOptions, golden: Golden | None) -> Line:
 
     result = compare_golden(golden, opts.url, None, opts.replay,
                             opts.criteria, opts.allow_model_mismatch)
-    detail = (f"{result['compared']} compared, {result['diverged']} diverged, match rate "
-              f"{result['match_rate']}; " + "; ".join(
-                  r for r in result["reasons"] if not r.startswith("pass")))
-    return ("pass" if result["verdict"] == "pass" else "fail"), detail.rstrip("; ")
+    detail = (f"{result.compared} compared, {result.diverged} diverged, match rate "
+              f"{result.match_rate}; " + "; ".join(
+                  r for r in result.reasons if not r.startswith("pass")))
+    return ("pass" if result.verdict == "pass" else "fail"), detail.rstrip("; ")
 
 
 def _gpu_line(opts: VerifyOptions) -> Line:
@@ -152,7 +153,7 @@ def _prometheus_line(opts: VerifyOptions) -> Line:
     return "pass", f"target {instance} up; the vllm: series are in Prometheus"
 
 
-def run_checklist(opts: VerifyOptions) -> dict[str, Any]:
+def run_checklist(opts: VerifyOptions) -> Checklist:
     log, report = read_inputs(opts)
     # Read before any line runs: an unreadable golden file is bad input (exit 2), not a fail.
     golden = read_golden(opts.golden) if opts.golden is not None else None
@@ -172,6 +173,6 @@ def run_checklist(opts: VerifyOptions) -> dict[str, Any]:
             lines.append((name, check()))
         except EvalInputError as exc:
             lines.append((name, ("fail", str(exc))))
-    checks = [{"name": n, "status": s, "detail": d} for n, (s, d) in lines]
-    verdict = "pass" if all(c["status"] in ("pass", "n/a") for c in checks) else "fail"
-    return {"url": opts.url, "checks": checks, "verdict": verdict}
+    checks = [CheckLine(n, s, d) for n, (s, d) in lines]
+    ok = all(c.status in ("pass", "n/a") for c in checks)
+    return Checklist(opts.url, checks, "pass" if ok else "fail")

@@ -1,0 +1,136 @@
+"""What `eval record`, `eval compare` and `verify` find, typed; JSON only at the edge.
+
+Field names and order are the keys of `--json` (README "vllm-cutover eval"): the CLI
+writes `dataclasses.asdict` of these, and the text and HTML renderings read the fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from proxy.compare.gate import VerdictName
+
+CheckStatus = Literal["pass", "fail", "n/a"]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A golden file written by `eval record`."""
+
+    url: str
+    version: str | None
+    models: list[str]
+    requests: int
+    output: str
+
+
+@dataclass(frozen=True)
+class LengthStats:
+    """Paired output lengths in tokens: totals, their ratio, a Wilcoxon signed-rank test."""
+
+    pairs: int
+    old_total: int
+    new_total: int
+    ratio: float | None
+    shorter: int
+    longer: int
+    wilcoxon_p: float
+    old_quantiles: dict[str, float | None]
+    new_quantiles: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class FinishStats:
+    """Requests whose finish reason changed, by transition (`length->stop`: count)."""
+
+    pairs: int
+    changed: int
+    transitions: dict[str, int]
+
+
+@dataclass(frozen=True)
+class DivergenceSummary:
+    count: int
+    min: int | None
+    median: float | None
+    max: int | None
+    positions: list[int]
+
+
+@dataclass(frozen=True)
+class BaselineSummary:
+    """The baseline (a second old engine) against the golden: old-vs-old noise."""
+
+    compared: int
+    diverged: int
+    close: int
+    match_rate: float | None
+    lengths: LengthStats
+    finish_reasons: FinishStats
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    source: str
+    outcome: str
+    first_divergence: int | None
+    close: bool | None
+    old_tokens: int | None
+    new_tokens: int | None
+    old_finish: str | None
+    new_finish: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class EngineSummary:
+    url: str
+    version: str | None
+    models: list[str]
+
+
+@dataclass(frozen=True)
+class Engines:
+    golden: EngineSummary
+    new: EngineSummary
+    baseline: EngineSummary | None
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """`eval compare`'s verdict and its evidence; `engines` and `warnings` are set once
+    the engines are known (by `replaying.compare_golden`)."""
+
+    verdict: VerdictName
+    reasons: list[str]
+    compared: int
+    diverged: int
+    close: int
+    match_rate: float | None
+    match_rate_ci: tuple[float, float]
+    first_divergence: DivergenceSummary
+    lengths: LengthStats
+    finish_reasons: FinishStats
+    errors: dict[str, int]
+    baseline: BaselineSummary | None
+    gate: dict[str, Any] | None  # the live gate's match-rate details (`gate.evaluate`)
+    requests: list[RequestRow]
+    engines: Engines | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CheckLine:
+    """One line of `verify`'s checklist."""
+
+    name: str
+    status: CheckStatus
+    detail: str
+
+
+@dataclass(frozen=True)
+class Checklist:
+    url: str
+    checks: list[CheckLine]
+    verdict: Literal["pass", "fail"]
