@@ -113,27 +113,10 @@ def _register_memory(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_memory)
 
 
-def perplexity_verdict(result: dict[str, Any], max_increase: float) -> tuple[str, str]:
-    delta = result["delta"]
-    if delta is None:
-        return "pass", "one engine: perplexity measured, nothing compared"
-    old = result["results"][0]["perplexity"]
-    low, high = delta["ci"]
-    limit = max_increase * old
-    text = (f"perplexity {old:.4g} -> {result['results'][1]['perplexity']:.4g}, delta "
-            f"{delta['value']:+.4g} ({delta['confidence']:.0%} interval {low:+.4g}..{high:+.4g}); "
-            f"allowed increase {limit:.4g}")
-    if low > limit:
-        return "fail", text
-    if high <= limit:
-        return "pass", text
-    return "inconclusive", text
-
-
 def _run_perplexity(args: argparse.Namespace) -> int:
     from proxy.evaluate.jsonl import EvalInputError
     from proxy.evaluate.perplexity import evaluate_perplexity, read_texts
-    from proxy.evaluate.render import perplexity_html
+    from proxy.evaluate.render import perplexity_html, perplexity_text
 
     try:
         urls = _two_urls(args.url)
@@ -146,19 +129,14 @@ def _run_perplexity(args: argparse.Namespace) -> int:
         result = evaluate_perplexity(
             urls, read_texts(args.texts),
             max_len=args.max_model_len, method=args.method, concurrency=args.concurrency,
-            timeout_s=args.timeout, confidence=args.confidence, resamples=args.resamples)
-        result["verdict"], result["reason"] = perplexity_verdict(result, args.max_increase)
+            timeout_s=args.timeout, confidence=args.confidence, resamples=args.resamples,
+            max_increase=args.max_increase)
         if args.html:
             write_html(args.html, perplexity_html(result))
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("perplexity", exc)
-    lines = [f"verdict: {result['verdict'].upper()}: {result['reason']}"]
-    lines += [f"{r['url']}: perplexity {r['perplexity']:.6g} ({r['method']})"
-              for r in result["results"]]
-    lines.append(f"{result['texts']} texts, {result['tokens']} tokens scored in "
-                 f"{result['windows']} windows of <= {result['max_model_len'] - 1} tokens")
-    emit(result, args.json, "\n".join(lines) + "\n")
-    return verdict_exit(result["verdict"])
+    emit(result, args.json, perplexity_text(result))
+    return verdict_exit(result.verdict)
 
 
 def _run_perf(args: argparse.Namespace) -> int:

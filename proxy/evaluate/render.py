@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from proxy.evaluate.results import CompareResult
+from proxy.evaluate.results import CompareResult, PerplexityResult
 from proxy.report.html import generated_at, page, verdict_block
 from proxy.report.svg import Series, histogram_chart
 
@@ -62,12 +62,20 @@ def compare_html(result: CompareResult) -> str:
     return page("vllm-cutover eval compare", body)
 
 
-def perplexity_html(result: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><td>{escape(r['url'])}</td><td>{r['perplexity']:.6g}</td>"
-                   f"<td>{escape(r['method'])}</td></tr>" for r in result["results"])
-    body = (f'<p class="muted">{result["texts"]} texts, {result["tokens"]} tokens. '
+def perplexity_text(result: PerplexityResult) -> str:
+    lines = [f"verdict: {result.verdict.upper()}: {result.reason}"]
+    lines += [f"{r.url}: perplexity {r.perplexity:.6g} ({r.method})" for r in result.results]
+    lines.append(f"{result.texts} texts, {result.tokens} tokens scored in "
+                 f"{result.windows} windows of <= {result.max_model_len - 1} tokens")
+    return "\n".join(lines) + "\n"
+
+
+def perplexity_html(result: PerplexityResult) -> str:
+    rows = "".join(f"<tr><td>{escape(r.url)}</td><td>{r.perplexity:.6g}</td>"
+                   f"<td>{escape(r.method)}</td></tr>" for r in result.results)
+    body = (f'<p class="muted">{result.texts} texts, {result.tokens} tokens. '
             f"Generated {generated_at()}.</p>"
-            f"{verdict_block(result['verdict'], [result['reason']])}"
+            f"{verdict_block(result.verdict, [result.reason])}"
             f"<table><tr><th>engine</th><th>perplexity</th><th>method</th></tr>{rows}</table>")
     return page("vllm-cutover eval perplexity", body)
 

@@ -1,4 +1,4 @@
-"""What `eval record`, `eval compare` and `verify` find, typed; JSON only at the edge.
+"""What `eval` and `verify` find, typed; JSON only at the edge.
 
 Field names and order are the keys of `--json` (README "vllm-cutover eval"): the CLI
 writes `dataclasses.asdict` of these, and the text and HTML renderings read the fields.
@@ -118,6 +118,40 @@ class CompareResult:
     requests: list[RequestRow]
     engines: Engines | None = None
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EngineScore:
+    url: str
+    method: str
+    perplexity: float
+
+
+@dataclass(frozen=True)
+class PerplexityDelta:
+    """new - old perplexity, its interval, and the interval's settings."""
+
+    value: float
+    ci: tuple[float, float]
+    relative: float
+    confidence: float
+    resamples: int
+    method: str
+
+
+@dataclass(frozen=True)
+class PerplexityResult:
+    """`eval perplexity`'s result; its fields are the keys of `--json`."""
+
+    texts: int
+    skipped_single_token: int
+    tokens: int
+    windows: int
+    max_model_len: int
+    results: list[EngineScore]
+    delta: PerplexityDelta | None
+    verdict: VerdictName
+    reason: str
 
 
 @dataclass(frozen=True)
