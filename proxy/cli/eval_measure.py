@@ -196,7 +196,7 @@ def _run_memory(args: argparse.Namespace) -> int:
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("memory", exc)
     emit(result, args.json, memory_text(result))
-    return verdict_exit(result["verdict"])
+    return verdict_exit(result.verdict)
 
 
 def _add_urls(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.evaluate import observe
+from proxy.evaluate.containers import ContainerReader, container_log, docker_containers
 from proxy.evaluate.golden import Golden, read_golden
 from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.judge import CompareCriteria
@@ -38,7 +39,8 @@ class VerifyOptions:
     criteria: CompareCriteria = field(default_factory=CompareCriteria)
 
 
-def read_inputs(opts: VerifyOptions) -> tuple[str | None, dict[str, Any] | None]:
+def read_inputs(opts: VerifyOptions, containers: ContainerReader | None = None,
+                ) -> tuple[str | None, dict[str, Any] | None]:
     """The startup log and the launch report; EvalInputError (exit 2) when unreadable."""
     report = None
     if opts.launch_report is not None:
@@ -58,18 +60,8 @@ def read_inputs(opts: VerifyOptions) -> tuple[str | None, dict[str, Any] | None]
         except OSError as exc:
             raise EvalInputError(f"--log {opts.log_path!r}: {exc.strerror}") from None
     elif opts.container is not None:
-        log = container_log(opts.container)
+        log = container_log(containers or docker_containers(), opts.container)
     return log, report
-
-
-def container_log(container: str) -> str:
-    import docker  # lazy: only `verify --container` needs the Docker SDK
-
-    try:
-        data = docker.from_env().containers.get(container).logs()
-    except docker.errors.DockerException as exc:
-        raise EvalInputError(f"--container {container!r}: {exc}") from None
-    return bytes(data).decode("utf-8", "replace")
 
 
 def _engine_lines(opts: VerifyOptions) -> list[tuple[str, Line]]:
@@ -116,7 +108,7 @@ def _golden_line(opts: VerifyOptions, golden: Golden | None) -> Line:
 def _gpu_line(opts: VerifyOptions) -> Line:
     gpus = observe.nvml_gpus()
     if gpus:
-        utils = [g["util_percent"] for g in gpus]
+        utils = [g.util_percent for g in gpus]
         source = "NVML"
     elif opts.prometheus is not None and (
             utils := observe.prom_vector(opts.prometheus, "DCGM_FI_DEV_GPU_UTIL")):
@@ -153,8 +145,9 @@ def _prometheus_line(opts: VerifyOptions) -> Line:
     return "pass", f"target {instance} up; the vllm: series are in Prometheus"
 
 
-def run_checklist(opts: VerifyOptions) -> Checklist:
-    log, report = read_inputs(opts)
+def run_checklist(opts: VerifyOptions, containers: ContainerReader | None = None) -> Checklist:
+    """Every line; `containers` reads `--container`'s log (default: the local Docker)."""
+    log, report = read_inputs(opts, containers)
     # Read before any line runs: an unreadable golden file is bad input (exit 2), not a fail.
     golden = read_golden(opts.golden) if opts.golden is not None else None
     lines = _engine_lines(opts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from proxy.evaluate.results import CompareResult, PerplexityResult
+from proxy.evaluate.results import CompareResult, MemoryResult, PerplexityResult
 from proxy.report.html import generated_at, page, verdict_block
 from proxy.report.svg import Series, histogram_chart
 
@@ -138,28 +138,33 @@ MEMORY_HEAD = ["engine", "KV blocks", "block size", "KV tokens", "KV bytes", "KV
                "container memory"]
 
 
-def _memory_rows(result: dict[str, Any]) -> list[list[str]]:
+def _memory_rows(result: MemoryResult) -> list[list[str]]:
     rows = []
-    for eng in result["engines"]:
-        kv = eng["kv_cache"]
-        box = eng["container"]
-        rows.append([eng["url"], _num(kv["num_gpu_blocks"], ".0f"), _num(kv["block_size"], ".0f"),
-                     _num(kv["kv_cache_size_tokens"], ".0f"),
-                     _num(kv["kv_cache_memory_bytes"], ".0f"),
-                     "-" if kv["usage"] is None else f"{kv['usage']:.1%}",
-                     "n/a" if box is None else f"{box['usage_bytes']} / {box['limit_bytes']}"])
+    for eng in result.engines:
+        kv, box = eng.kv_cache, eng.container
+        rows.append([eng.url, _num(kv.num_gpu_blocks, ".0f"), _num(kv.block_size, ".0f"),
+                     _num(kv.kv_cache_size_tokens, ".0f"), _num(kv.kv_cache_memory_bytes, ".0f"),
+                     "-" if kv.usage is None else f"{kv.usage:.1%}",
+                     "n/a" if box is None else f"{box.usage_bytes} / {box.limit_bytes}"])
     return rows
 
 
-def memory_text(result: dict[str, Any]) -> str:
-    lines = [f"verdict: {result['verdict'].upper()}: {result['reason']}"]
+def _gpus(result: MemoryResult) -> str:
+    if isinstance(result.gpus, str):
+        return result.gpus
+    return "; ".join(f"{g.index} {g.name}: {g.util_percent:.0f}% busy, {g.memory_used_bytes} / "
+                     f"{g.memory_total_bytes} bytes" for g in result.gpus)
+
+
+def memory_text(result: MemoryResult) -> str:
+    lines = [f"verdict: {result.verdict.upper()}: {result.reason}"]
     lines.append(_aligned([MEMORY_HEAD, *_memory_rows(result)]))
-    lines.append(f"GPUs: {result['gpus']}")
+    lines.append(f"GPUs: {_gpus(result)}")
     return "\n".join(lines) + "\n"
 
 
-def memory_html(result: dict[str, Any]) -> str:
-    body = (f"{verdict_block(result['verdict'], [result['reason']])}"
+def memory_html(result: MemoryResult) -> str:
+    body = (f"{verdict_block(result.verdict, [result.reason])}"
             f"{_table(MEMORY_HEAD, _memory_rows(result))}"
-            f"<p>GPUs: {escape(str(result['gpus']))}</p>")
+            f"<p>GPUs: {escape(_gpus(result))}</p>")
     return page("vllm-cutover eval memory", body)

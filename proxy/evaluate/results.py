@@ -155,6 +155,57 @@ class PerplexityResult:
 
 
 @dataclass(frozen=True)
+class KvCache:
+    """An engine's KV cache, the labels of vLLM's `vllm:cache_config_info` (None where it
+    does not say) and its use now (`vllm:kv_cache_usage_perc`, 1 = full)."""
+
+    num_gpu_blocks: float | str | None
+    block_size: float | str | None
+    kv_cache_size_tokens: float | str | None
+    kv_cache_memory_bytes: float | str | None
+    cache_dtype: float | str | None
+    gpu_memory_utilization: float | str | None
+    kv_cache_max_concurrency: float | str | None
+    usage: float | None
+
+
+@dataclass(frozen=True)
+class ContainerMemory:
+    container: str
+    usage_bytes: int | None
+    limit_bytes: int | None
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    url: str
+    kv_cache: KvCache
+    container: ContainerMemory | None
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU as NVML reads it."""
+
+    index: int
+    name: str
+    util_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """`eval memory`'s result; `kv_tokens_ratio` (new/old KV tokens) with two engines."""
+
+    engines: list[EngineMemory]
+    gpus: list[GpuReading] | str  # a string says why there are none
+    verdict: VerdictName
+    reason: str
+    kv_tokens_ratio: float | None = None
+
+
+@dataclass(frozen=True)
 class CheckLine:
     """One line of `verify`'s checklist."""
 
