@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from proxy.cli.eval_common import (
     EXIT_HELP,
@@ -146,6 +145,7 @@ def _run_perf(args: argparse.Namespace) -> int:
     from proxy.evaluate.prompts import EvalRequest, read_prompts
     from proxy.evaluate.render import perf_html, perf_text
     from proxy.evaluate.replaying import engine_infos, with_model
+    from proxy.evaluate.results import PerfResult
 
     try:
         urls = _two_urls(args.url)
@@ -167,16 +167,16 @@ def _run_perf(args: argparse.Namespace) -> int:
         levels = side_by_side(urls, [i.model or "" for i in infos], requests,
                               args.concurrency, rounds=args.rounds, timeout_s=args.timeout,
                               tool=tool)
-        result: dict[str, Any] = {"tool": "vllm bench serve" if tool else "vllm-cutover",
-                                  "urls": urls, "levels": levels}
-        ratios = [lv["ratios"] for lv in levels if lv["ratios"] is not None]
-        result["verdict"], result["reason"] = verdict(ratios, args.max_slowdown)
+        judged = verdict([lv.ratios for lv in levels if lv.ratios is not None],
+                         args.max_slowdown)
+        result = PerfResult("vllm bench serve" if tool else "vllm-cutover", urls, levels,
+                            *judged)
         if args.html:
             write_html(args.html, perf_html(result))
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("perf", exc)
     emit(result, args.json, perf_text(result))
-    return verdict_exit(result["verdict"])
+    return verdict_exit(result.verdict)
 
 
 def _run_memory(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from proxy.evaluate.results import CompareResult, MemoryResult, PerplexityResult
+from proxy.evaluate.results import CompareResult, MemoryResult, PerfResult, PerplexityResult
 from proxy.report.html import generated_at, page, verdict_block
 from proxy.report.svg import Series, histogram_chart
 
@@ -84,19 +84,19 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.1f}"
 
 
-def _perf_rows(result: dict[str, Any]) -> list[list[str]]:
+def _perf_rows(result: PerfResult) -> list[list[str]]:
     rows = []
-    labels = ["old", "new"] if len(result["urls"]) == 2 else ["engine"]
-    for level in result["levels"]:
-        for label, eng in zip(labels, level["engines"]):
-            rows.append([str(level["concurrency"]), label,
+    labels = ["old", "new"] if len(result.urls) == 2 else ["engine"]
+    for level in result.levels:
+        for label, eng in zip(labels, level.engines):
+            rows.append([str(level.concurrency), label,
                          *(f"{_ms(eng[m]['p50_s'])} / {_ms(eng[m]['p99_s'])}"
                            for m in ("ttft", "itl", "tpot")),
                          _num(eng["output_throughput"], ".1f"),
                          _num(eng["request_throughput"], ".2f"), str(eng["failed"])])
-        ratios = level["ratios"]
+        ratios = level.ratios
         if ratios is not None:
-            rows.append([str(level["concurrency"]), "new/old",
+            rows.append([str(level.concurrency), "new/old",
                          *(f"x{_num(ratios[m + '_p50'], '.2f')} / x{_num(ratios[m + '_p99'], '.2f')}"
                            for m in ("ttft", "itl", "tpot")),
                          f"x{_num(ratios['output_throughput'], '.2f')}",
@@ -113,11 +113,11 @@ def _aligned(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
 
 
-def perf_text(result: dict[str, Any]) -> str:
+def perf_text(result: PerfResult) -> str:
     table = _aligned([PERF_HEAD, *_perf_rows(result)])
-    return (f"verdict: {result['verdict'].upper()}: {result['reason']}\n"
-            f"load: {result['tool']}; old {result['urls'][0]}"
-            + (f", new {result['urls'][1]}" if len(result["urls"]) == 2 else "")
+    return (f"verdict: {result.verdict.upper()}: {result.reason}\n"
+            f"load: {result.tool}; old {result.urls[0]}"
+            + (f", new {result.urls[1]}" if len(result.urls) == 2 else "")
             + f"\n{table}\n")
 
 
@@ -127,9 +127,9 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{''.join(f'<th>{escape(h)}</th>' for h in head)}</tr>{cells}</table>"
 
 
-def perf_html(result: dict[str, Any]) -> str:
-    body = (f'<p class="muted">load: {escape(result["tool"])}. Generated {generated_at()}.</p>'
-            f"{verdict_block(result['verdict'], [result['reason']])}"
+def perf_html(result: PerfResult) -> str:
+    body = (f'<p class="muted">load: {escape(result.tool)}. Generated {generated_at()}.</p>'
+            f"{verdict_block(result.verdict, [result.reason])}"
             f"{_table(PERF_HEAD, _perf_rows(result))}")
     return page("vllm-cutover eval perf", body)
 

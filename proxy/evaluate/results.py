@@ -155,6 +155,25 @@ class PerplexityResult:
 
 
 @dataclass(frozen=True)
+class PerfLevel:
+    """One concurrency of `eval perf`: each engine's figures (`perf.Run.as_json`: counts,
+    throughputs, a latency summary per metric) and, for two, the new/old ratios."""
+
+    concurrency: int
+    engines: list[dict[str, Any]]
+    ratios: dict[str, float | None] | None
+
+
+@dataclass(frozen=True)
+class PerfResult:
+    tool: str  # whose load: "vllm-cutover" (our client) or "vllm bench serve"
+    urls: list[str]
+    levels: list[PerfLevel]
+    verdict: VerdictName
+    reason: str
+
+
+@dataclass(frozen=True)
 class KvCache:
     """An engine's KV cache, the labels of vLLM's `vllm:cache_config_info` (None where it
     does not say) and its use now (`vllm:kv_cache_usage_perc`, 1 = full)."""
