@@ -1,5 +1,7 @@
 """The fields Argo Rollouts, Flagger and prometheus-operator document for the custom
-resources in deploy/kubernetes: a whitelist, so a misspelt or invented field fails.
+resources in deploy/kubernetes whose CRD is not vendored in tests/deploy/crds (those are
+checked against it, tests/deploy/crd_schema.py): a whitelist, so a misspelt or invented
+field fails.
 
 Sources (read through the project's search tool):
 - Argo Rollouts: docs/features/bluegreen.md and docs/features/analysis.md, docs/analysis/
@@ -9,7 +11,7 @@ Sources (read through the project's search tool):
 - Flagger: docs/gitbook/usage/how-it-works.md and webhooks.md (fluxcd/flagger): Canary
   targetRef, service, analysis (interval, threshold, iterations, webhooks: name, type, url,
   timeout, metadata) and the webhook types.
-- prometheus-operator: Documentation/api.md (ServiceMonitor endpoints, PrometheusRule groups).
+- prometheus-operator: Documentation/api.md (ServiceMonitor endpoints).
 """
 
 from __future__ import annotations
@@ -69,10 +71,6 @@ SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
         "spec": {"jobLabel": ANY, "selector": ANY, "namespaceSelector": ANY,
                  "endpoints": [{"port": ANY, "path": ANY, "interval": ANY,
                                 "scrapeTimeout": ANY, "scheme": ANY}]}},
-    ("monitoring.coreos.com/v1", "PrometheusRule"): {
-        "apiVersion": ANY, "kind": ANY, "metadata": METADATA,
-        "spec": {"groups": [{"name": ANY, "interval": ANY,
-                             "rules": [{"record": ANY, "expr": ANY}]}]}},
 }
 
 
