@@ -1,4 +1,4 @@
-"""The fields Argo Rollouts, Flagger and prometheus-operator document for the custom
+"""The fields Argo Rollouts and Flagger document for the custom
 resources in deploy/kubernetes whose CRD is not vendored in tests/deploy/crds (those are
 checked against it, tests/deploy/crd_schema.py): a whitelist, so a misspelt or invented
 field fails.
@@ -11,7 +11,6 @@ Sources (read through the project's search tool):
 - Flagger: docs/gitbook/usage/how-it-works.md and webhooks.md (fluxcd/flagger): Canary
   targetRef, service, analysis (interval, threshold, iterations, webhooks: name, type, url,
   timeout, metadata) and the webhook types.
-- prometheus-operator: Documentation/api.md (ServiceMonitor endpoints).
 """
 
 from __future__ import annotations
@@ -66,11 +65,6 @@ SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
                               "webhooks": [{"name": ANY, "type": ANY, "url": ANY,
                                             "timeout": ANY, "metadata": ANY,
                                             "muteAlert": ANY, "retries": ANY}]}}},
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): {
-        "apiVersion": ANY, "kind": ANY, "metadata": METADATA,
-        "spec": {"jobLabel": ANY, "selector": ANY, "namespaceSelector": ANY,
-                 "endpoints": [{"port": ANY, "path": ANY, "interval": ANY,
-                                "scrapeTimeout": ANY, "scheme": ANY}]}},
 }
 
 

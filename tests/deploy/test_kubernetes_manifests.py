@@ -105,6 +105,13 @@ def test_the_crd_schemas_catch_a_bad_type_pattern_field_and_a_missing_one():
         "spec.groups.0.rules.0: Additional properties are not allowed ('recrod' was unexpected)",
         "spec.groups.0.rules.1: 'expr' is a required property",
     ]
+    monitor = by_kind(render(KUBE / "flagger"), "ServiceMonitor")["vllm-cutover"]
+    assert schema_errors(monitor) == []
+    monitor["spec"]["endpoints"][0]["scheme"] = "grpc"
+    del monitor["spec"]["selector"]
+    assert schema_errors(monitor) == [
+        "spec.endpoints.0.scheme: 'grpc' is not one of ['http', 'https', 'HTTP', 'HTTPS']",
+        "spec: 'selector' is a required property"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
