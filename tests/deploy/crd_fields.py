@@ -1,4 +1,4 @@
-"""The fields Argo Rollouts and Flagger document for the custom
+"""The fields Argo Rollouts documents for the custom
 resources in deploy/kubernetes whose CRD is not vendored in tests/deploy/crds (those are
 checked against it, tests/deploy/crd_schema.py): a whitelist, so a misspelt or invented
 field fails.
@@ -8,9 +8,6 @@ Sources (read through the project's search tool):
   web.md and prometheus.md (argoproj/argo-rollouts): Rollout spec and blueGreen fields,
   AnalysisTemplate args/metrics, the web provider (url, method, headers, body,
   timeoutSeconds, jsonPath) and the prometheus provider (address, query, timeout).
-- Flagger: docs/gitbook/usage/how-it-works.md and webhooks.md (fluxcd/flagger): Canary
-  targetRef, service, analysis (interval, threshold, iterations, webhooks: name, type, url,
-  timeout, metadata) and the webhook types.
 """
 
 from __future__ import annotations
@@ -21,9 +18,6 @@ ANY = "*"  # free-form below (labels, a pod template checked on its own)
 METADATA = {"name": ANY, "namespace": ANY, "labels": ANY, "annotations": ANY}
 ANALYSIS_REF = {"templates": [{"templateName": ANY, "clusterScope": ANY}],
                 "args": [{"name": ANY, "value": ANY, "valueFrom": ANY}]}
-WEBHOOK_TYPES = {"confirm-rollout", "pre-rollout", "rollout", "confirm-traffic-increase",
-                 "confirm-promotion", "post-rollout", "rollback", "event"}
-
 SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
     ("argoproj.io/v1alpha1", "Rollout"): {
         "apiVersion": ANY, "kind": ANY, "metadata": METADATA,
@@ -54,17 +48,6 @@ SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
                                         "insecure": ANY, "headers": ANY},
                          "job": {"metadata": ANY, "spec": ANY}}}],
                  "dryRun": ANY, "measurementRetention": ANY}},
-    ("flagger.app/v1beta1", "Canary"): {
-        "apiVersion": ANY, "kind": ANY, "metadata": METADATA,
-        "spec": {"targetRef": {"apiVersion": ANY, "kind": ANY, "name": ANY},
-                 "autoscalerRef": ANY, "progressDeadlineSeconds": ANY, "skipAnalysis": ANY,
-                 "service": {"port": ANY, "targetPort": ANY, "portName": ANY, "name": ANY,
-                             "portDiscovery": ANY},
-                 "analysis": {"interval": ANY, "threshold": ANY, "iterations": ANY,
-                              "maxWeight": ANY, "stepWeight": ANY, "metrics": ANY,
-                              "webhooks": [{"name": ANY, "type": ANY, "url": ANY,
-                                            "timeout": ANY, "metadata": ANY,
-                                            "muteAlert": ANY, "retries": ANY}]}}},
 }
 
 
