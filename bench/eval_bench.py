@@ -93,7 +93,7 @@ def run(rounds: int, n: int, concurrency: int, tokens: int) -> tuple[list[Figure
                 else:
                     found: list[str] = []
                     wall, cpu = timed(lambda out=found: out.append(
-                        compare_golden(golden, url, None, settings, criteria)["verdict"]))
+                        compare_golden(golden, url, None, settings, criteria).verdict))
                     verdicts += found
                 raw[f"{side}_rps"].append(n / wall)
                 raw[f"{side}_cpu_ms"].append(cpu * 1000 / n)

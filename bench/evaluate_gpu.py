@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,9 @@ def sample(label: str) -> dict[str, Any]:
 
     options = VerifyOptions(url="http://127.0.0.1:9", gpu_util_range=BUSY_RANGE)
     status, detail = _gpu_line(options)
-    return {"phase": label, "nvml": observe.nvml_gpus(), "verify_gpu_line": [status, detail],
+    gpus = observe.nvml_gpus()
+    return {"phase": label, "nvml": None if gpus is None else [asdict(g) for g in gpus],
+            "verify_gpu_line": [status, detail],
             "torch_cuda_utilization": torch.cuda.utilization()}
 
 

@@ -219,20 +219,24 @@ def _status(client: Any, args: argparse.Namespace) -> int:
 
 
 def _follow(client: Any, interval_s: float) -> dict[str, Any]:
-    """Print each new transition and each progress change until the cutover ends."""
+    """Print each new transition, and the progress as one line that changes in place on a
+    terminal (plain lines when not), until the cutover ends."""
     from proxy.cutover.status import progress_line
+    from proxy.terminal import StatusLine
 
-    shown_history, shown_line = 0, ""
-    while True:
-        status = client.status()
-        for t in status["history"][shown_history:]:
-            stamp = time.strftime("%H:%M:%S", time.localtime(t["at_unix"]))
-            print(f"{stamp}  {t['from'] or '-'} -> {t['to']}: {t['reason']}", flush=True)
-        shown_history = len(status["history"])
-        line = progress_line(status)
-        if line != shown_line:
-            print(f"          {line}", flush=True)
-            shown_line = line
-        if status["terminal"]:
-            return status
-        time.sleep(interval_s)
+    line = StatusLine(sys.stdout)
+    shown_history = 0
+    try:
+        while True:
+            status = client.status()
+            for t in status["history"][shown_history:]:
+                stamp = time.strftime("%H:%M:%S", time.localtime(t["at_unix"]))
+                line.say(f"{stamp}  {t['from'] or '-'} -> {t['to']}: {t['reason']}")
+            shown_history = len(status["history"])
+            line.show(f"          {progress_line(status)}",
+                      key=f"{status['phase']} {status.get('verdict')}")
+            if status["terminal"]:
+                return status
+            time.sleep(interval_s)
+    finally:
+        line.close()

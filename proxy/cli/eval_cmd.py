@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
+from proxy.cli import eval_measure
+from proxy.cli.eval_common import (
+    EXIT_HELP,
+    add_output_arguments,
+    add_replay_arguments,
+    emit,
+    fail,
+    verdict_exit,
+    write_html,
+)
 from proxy.cli.gate_args import add_match_arguments
-from proxy.credentials import redact, redact_json
-
-EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 1, 2, 3
-EXIT_HELP = ("exit codes: 0 pass, 1 fail, 2 bad input or an engine that cannot be used, "
-             "3 inconclusive")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,20 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="eval_command", metavar="ACTION", required=True)
     _register_record(sub)
     _register_compare(sub)
-    from proxy.cli import eval_measure  # imports this module's helpers: registered last
-
     eval_measure.register(sub)
-
-
-def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("replay")
-    group.add_argument("--concurrency", type=int, default=4, metavar="N",
-                       help="requests in flight per engine (default %(default)s)")
-    group.add_argument("--rate", type=float, default=0.0, metavar="R",
-                       help="requests started per second; 0: as fast as the concurrency "
-                            "allows (default %(default)s)")
-    group.add_argument("--timeout", type=float, default=300.0, metavar="S",
-                       help="seconds one request may take (default %(default)s)")
 
 
 def _register_record(sub: argparse._SubParsersAction) -> None:
@@ -95,32 +85,6 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_compare)
 
 
-def add_output_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--html", metavar="OUT.html", help="also write an HTML report (atomically)")
-
-
-def fail(command: str, exc: Exception) -> int:
-    print(f"vllm-cutover eval {command}: error: {redact(str(exc))}", file=sys.stderr)
-    return EXIT_BAD_INPUT
-
-
-def verdict_exit(verdict: str) -> int:
-    return {"pass": 0, "fail": EXIT_FAIL}.get(verdict, EXIT_INCONCLUSIVE)
-
-
-def emit(result: dict[str, Any], as_json: bool, text: str) -> None:
-    """The result on stdout; an engine URL's credentials (aiohttp sends them) are not shown."""
-    sys.stdout.write(json.dumps(redact_json(result), indent=2, default=str) + "\n" if as_json
-                     else redact(text))
-
-
-def write_html(path: str, html: str) -> None:
-    from proxy.atomic import write_text_atomic
-
-    write_text_atomic(path, redact(html))
-
-
 def _settings(args: argparse.Namespace) -> Any:
     from proxy.evaluate.replaying import ReplaySettings
 
@@ -149,8 +113,8 @@ def _run_record(args: argparse.Namespace) -> int:
                       store_text=args.store_text)
     except (EvalInputError, ValueError) as exc:
         return fail("record", exc)
-    print(f"recorded {done['requests']} answers of {done['models']} on vLLM {done['version']} "
-          f"into {done['output']}")
+    print(f"recorded {done.requests} answers of {done.models} on vLLM {done.version} "
+          f"into {done.output}")
     return 0
 
 
@@ -176,4 +140,4 @@ def _run_compare(args: argparse.Namespace) -> int:
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("compare", exc)
     emit(result, args.json, compare_text(result))
-    return verdict_exit(result["verdict"])
+    return verdict_exit(result.verdict)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from proxy.cli.eval_cmd import (
+from proxy.cli.eval_common import (
     EXIT_HELP,
     add_output_arguments,
     emit,
@@ -23,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "of the model length.")
     _add_urls(p)
     p.add_argument("--texts", required=True, metavar="FILE",
-                   help='JSONL, one {"text": "..."} per line')
+                   help='the texts: plain text, one text per paragraph (blank lines '
+                        'between), or JSONL, one {"text": "..."} per line')
     p.add_argument("--max-model-len", type=int, metavar="N",
                    help="window length in tokens (default: the smallest max_model_len the "
                         "engines report in /v1/models)")
@@ -112,27 +112,10 @@ def _register_memory(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_memory)
 
 
-def perplexity_verdict(result: dict[str, Any], max_increase: float) -> tuple[str, str]:
-    delta = result["delta"]
-    if delta is None:
-        return "pass", "one engine: perplexity measured, nothing compared"
-    old = result["results"][0]["perplexity"]
-    low, high = delta["ci"]
-    limit = max_increase * old
-    text = (f"perplexity {old:.4g} -> {result['results'][1]['perplexity']:.4g}, delta "
-            f"{delta['value']:+.4g} ({delta['confidence']:.0%} interval {low:+.4g}..{high:+.4g}); "
-            f"allowed increase {limit:.4g}")
-    if low > limit:
-        return "fail", text
-    if high <= limit:
-        return "pass", text
-    return "inconclusive", text
-
-
 def _run_perplexity(args: argparse.Namespace) -> int:
     from proxy.evaluate.jsonl import EvalInputError
     from proxy.evaluate.perplexity import evaluate_perplexity, read_texts
-    from proxy.evaluate.render import perplexity_html
+    from proxy.evaluate.render import perplexity_html, perplexity_text
 
     try:
         urls = _two_urls(args.url)
@@ -145,19 +128,14 @@ def _run_perplexity(args: argparse.Namespace) -> int:
         result = evaluate_perplexity(
             urls, read_texts(args.texts),
             max_len=args.max_model_len, method=args.method, concurrency=args.concurrency,
-            timeout_s=args.timeout, confidence=args.confidence, resamples=args.resamples)
-        result["verdict"], result["reason"] = perplexity_verdict(result, args.max_increase)
+            timeout_s=args.timeout, confidence=args.confidence, resamples=args.resamples,
+            max_increase=args.max_increase)
         if args.html:
             write_html(args.html, perplexity_html(result))
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("perplexity", exc)
-    lines = [f"verdict: {result['verdict'].upper()}: {result['reason']}"]
-    lines += [f"{r['url']}: perplexity {r['perplexity']:.6g} ({r['method']})"
-              for r in result["results"]]
-    lines.append(f"{result['texts']} texts, {result['tokens']} tokens scored in "
-                 f"{result['windows']} windows of <= {result['max_model_len'] - 1} tokens")
-    emit(result, args.json, "\n".join(lines) + "\n")
-    return verdict_exit(result["verdict"])
+    emit(result, args.json, perplexity_text(result))
+    return verdict_exit(result.verdict)
 
 
 def _run_perf(args: argparse.Namespace) -> int:
@@ -167,6 +145,7 @@ def _run_perf(args: argparse.Namespace) -> int:
     from proxy.evaluate.prompts import EvalRequest, read_prompts
     from proxy.evaluate.render import perf_html, perf_text
     from proxy.evaluate.replaying import engine_infos, with_model
+    from proxy.evaluate.results import PerfResult
 
     try:
         urls = _two_urls(args.url)
@@ -188,16 +167,16 @@ def _run_perf(args: argparse.Namespace) -> int:
         levels = side_by_side(urls, [i.model or "" for i in infos], requests,
                               args.concurrency, rounds=args.rounds, timeout_s=args.timeout,
                               tool=tool)
-        result: dict[str, Any] = {"tool": "vllm bench serve" if tool else "vllm-cutover",
-                                  "urls": urls, "levels": levels}
-        ratios = [lv["ratios"] for lv in levels if lv["ratios"] is not None]
-        result["verdict"], result["reason"] = verdict(ratios, args.max_slowdown)
+        judged = verdict([lv.ratios for lv in levels if lv.ratios is not None],
+                         args.max_slowdown)
+        result = PerfResult("vllm bench serve" if tool else "vllm-cutover", urls, levels,
+                            *judged)
         if args.html:
             write_html(args.html, perf_html(result))
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("perf", exc)
     emit(result, args.json, perf_text(result))
-    return verdict_exit(result["verdict"])
+    return verdict_exit(result.verdict)
 
 
 def _run_memory(args: argparse.Namespace) -> int:
@@ -217,7 +196,7 @@ def _run_memory(args: argparse.Namespace) -> int:
     except (EvalInputError, ValueError, OSError) as exc:
         return fail("memory", exc)
     emit(result, args.json, memory_text(result))
-    return verdict_exit(result["verdict"])
+    return verdict_exit(result.verdict)
 
 
 def _add_urls(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from proxy.cli.eval_cmd import EXIT_BAD_INPUT, add_replay_arguments, emit
+from proxy.cli.eval_common import EXIT_BAD_INPUT, add_replay_arguments, emit
 from proxy.cli.gate_args import add_match_arguments, match_criteria
 from proxy.credentials import redact
 
@@ -69,8 +69,8 @@ def _run(args: argparse.Namespace) -> int:
     except (EvalInputError, ValueError) as exc:
         print(f"vllm-cutover verify: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    width = max(len(c["name"]) for c in result["checks"])
-    text = "".join(f"{c['status'].upper():5} {c['name']:{width}}  {c['detail']}\n"
-                   for c in result["checks"]) + f"verdict: {result['verdict'].upper()}\n"
+    width = max(len(c.name) for c in result.checks)
+    text = "".join(f"{c.status.upper():5} {c.name:{width}}  {c.detail}\n"
+                   for c in result.checks) + f"verdict: {result.verdict.upper()}\n"
     emit(result, args.json, text)
-    return 0 if result["verdict"] == "pass" else 1
+    return 0 if result.verdict == "pass" else 1

@@ -158,6 +158,19 @@ class DockerDriver:
                                                   devices))
         gpus.check_gpus(requested, host, holders)
 
+    def logs(self, container_id: str) -> str:
+        """The whole log, stdout and stderr, as `docker logs` prints it (`verify`)."""
+        with self._errors(f"no container {container_id!r} to read logs from"):
+            raw = self._docker().api.logs(container_id, stdout=True, stderr=True)
+        return bytes(raw).decode("utf-8", errors="replace")
+
+    def memory_use(self, container_id: str) -> tuple[int | None, int | None]:
+        """(usage, limit) in bytes, one sample of the container's stats (`eval memory`)."""
+        with self._errors(f"no container {container_id!r} to read stats from"):
+            stats = self._docker().api.stats(container_id, stream=False)
+        memory = stats.get("memory_stats") or {}
+        return memory.get("usage"), memory.get("limit")
+
     def logs_tail(self, container_id: str, lines: int = 40) -> str:
         with self._errors(f"no container {container_id!r} to read logs from"):
             raw = self._docker().api.logs(container_id, stdout=True, stderr=True, tail=lines)

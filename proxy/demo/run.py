@@ -37,6 +37,7 @@ from proxy.demo.processes import (
 from proxy.demo.story import TOKEN, run_cutover
 from proxy.demo.traffic import DemoRequest, answer_text, demo_requests, fetch
 from proxy.mirror.config import default_state_file
+from proxy.terminal import StatusLine
 
 Scenario = Literal["regression", "healthy"]
 MODEL = "demo/Llama-3.1-8B-Instruct-FP4"
@@ -156,8 +157,9 @@ async def _direct_matches(proxy_url: str, old_url: str, requests: list[DemoReque
 
 async def _drive(
     config: DemoConfig, proxy: Child, backends: dict[str, Child], admin_url: str,
-    say: Callable[[str], None]
+    out: StatusLine
 ) -> dict[str, Any]:
+    say = out.say
     await wait_http(proxy, admin_url + "/admin/routes")
     requests = demo_requests(config.requests, MODEL, config.seed)
     checks = [r for r in requests if r.deterministic][:DIRECT_CHECKS]
@@ -168,7 +170,7 @@ async def _drive(
         f"(and {len(requests)} mixed requests while the new one is shadowed)")
     status, traffic = await run_cutover(proxy.url, admin_url, MODEL, backends["new"].url,
                                         backends["baseline"].url, requests,
-                                        config.concurrency, say)
+                                        config.concurrency, out)
     summary = traffic.summary()
     say(f"  clients: {summary['requests']} requests through the cutover ({summary['streams']} "
         f"streamed), {summary['failed']} failed or cut short {summary['errors'] or ''}")
@@ -212,12 +214,15 @@ def _show_outcome(outcome: dict[str, Any], say: Callable[[str], None]) -> str:
     return str(phase)
 
 
-def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
+def run_demo(config: DemoConfig, out: StatusLine | None = None) -> int:
+    """The whole story on `out` (stdout: its progress in place on a terminal)."""
     from proxy.report.build import report_from_db
     from proxy.report.html import render_html
     from proxy.report.load import window_from_state
     from proxy.report.text import render_text
 
+    out = out or StatusLine(sys.stdout)
+    say = out.say
     started = time.monotonic()
     out_dir = config.out_dir or tempfile.mkdtemp(prefix="vllm-cutover-demo-")
     os.makedirs(out_dir, exist_ok=True)
@@ -237,7 +242,7 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
         proxy = children[-1]
         admin_url = proxy.admin_url or ""
         backends = {child.name: child for child in children}
-        outcome = asyncio.run(_drive(config, proxy, backends, admin_url, say))
+        outcome = asyncio.run(_drive(config, proxy, backends, admin_url, out))
         phase = _show_outcome(outcome, say)
         proxy.stop(timeout_s=30)
     except DemoError as exc:
@@ -255,8 +260,8 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> int:
     say(f"\n== 5. Report over the cutover's evidence: vllm-cutover report --db {db_path} "
         f"--state-file {state_file}")
     say(render_text(report))
-    with open(html_path, "w", encoding="utf-8") as out:
-        out.write(render_html(report, title=f"vllm-cutover demo ({config.scenario})"))
+    with open(html_path, "w", encoding="utf-8") as page:
+        page.write(render_html(report, title=f"vllm-cutover demo ({config.scenario})"))
     say(f"HTML report: {html_path}")
     say(f"Records:     {db_path}")
     say(f"Logs:        {log_dir}")

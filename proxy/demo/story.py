@@ -18,6 +18,7 @@ from proxy.cutover.status import progress_line
 from proxy.demo.steady import SteadyLoad, SteadyResult
 from proxy.demo.traffic import DemoRequest, send_all
 from proxy.tasks import start_task
+from proxy.terminal import StatusLine
 
 TOKEN = "demo-admin-token"
 CUTOVER_TIMEOUT_S = 120.0
@@ -46,34 +47,34 @@ def _routes_line(status: dict[str, Any]) -> str:
     return f"routes: primary = {side('primary')}, shadow = {side('shadow')}"
 
 
-async def watch(client: CutoverClient, say: Callable[[str], None],
+async def watch(client: CutoverClient, out: StatusLine,
                 on_phase: Callable[[str], None]) -> dict[str, Any]:
-    """Print each transition (with the routes it left) and progress until the end."""
+    """Print each transition (with the routes it left), and the gate's progress as the
+    status line, until the end."""
     shown = 0
-    last_progress = ""
     deadline = time.monotonic() + CUTOVER_TIMEOUT_S
     while True:
         status = await asyncio.to_thread(client.status)
         for step in status["history"][shown:]:
-            say(f"  -> {step['to']:<15} {step['reason'][:150]}")
+            if step["from"] == "shadowing":
+                out.close()  # the shadowing progress stays above its end
+            out.say(f"  -> {step['to']:<15} {step['reason'][:150]}")
             on_phase(step["to"])
         if len(status["history"]) > shown:
-            say(f"     {_routes_line(status)}")
+            out.say(f"     {_routes_line(status)}")
             shown = len(status["history"])
-        progress = progress_line(status)
-        if status["phase"] == "shadowing" and progress != last_progress:
-            say(f"     {progress}")
-            last_progress = progress
-        if status.get("terminal") and not status.get("pending"):
-            return status
-        if time.monotonic() > deadline:
+        if status["phase"] == "shadowing":
+            out.show(f"     {progress_line(status)}", key=status.get("verdict"))
+        if (status.get("terminal") and not status.get("pending")) \
+                or time.monotonic() > deadline:
+            out.close()
             return status
         await asyncio.sleep(0.25)
 
 
 async def run_cutover(proxy_url: str, admin_url: str, model: str, new_url: str,
                       baseline_url: str, mixed: list[DemoRequest], clients: int,
-                      say: Callable[[str], None]) -> tuple[dict[str, Any], SteadyResult]:
+                      out: StatusLine) -> tuple[dict[str, Any], SteadyResult]:
     """The cutover under steady load (plus the mixed requests while shadowing)."""
     stop = asyncio.Event()
     steady = SteadyLoad(proxy_url, model, clients=clients, max_tokens=24, pause_s=0.02)
@@ -87,10 +88,10 @@ async def run_cutover(proxy_url: str, admin_url: str, model: str, new_url: str,
 
     client = CutoverClient(admin_url, TOKEN)
     request = start_request(new_url, baseline_url)
-    say(f"  $ {cli_line(admin_url, request)}")
+    out.say(f"  $ {cli_line(admin_url, request)}")
     try:
         await asyncio.to_thread(client.start, request)
-        status = await watch(client, say, on_phase)
+        status = await watch(client, out, on_phase)
     except AdminError as exc:
         status = {"phase": None, "error": str(exc)}
     finally:

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.evaluate import observe
+from proxy.evaluate.containers import ContainerReader, container_log, docker_containers
 from proxy.evaluate.golden import Golden, read_golden
 from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.judge import CompareCriteria
 from proxy.evaluate.kernel_log import kernel_check, parse_log
 from proxy.evaluate.replaying import ReplaySettings
+from proxy.evaluate.results import CheckLine, Checklist, CheckStatus
 
-Line = tuple[str, str]  # (status, detail)
+Line = tuple[CheckStatus, str]
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,8 @@ class VerifyOptions:
     criteria: CompareCriteria = field(default_factory=CompareCriteria)
 
 
-def read_inputs(opts: VerifyOptions) -> tuple[str | None, dict[str, Any] | None]:
+def read_inputs(opts: VerifyOptions, containers: ContainerReader | None = None,
+                ) -> tuple[str | None, dict[str, Any] | None]:
     """The startup log and the launch report; EvalInputError (exit 2) when unreadable."""
     report = None
     if opts.launch_report is not None:
@@ -57,18 +60,8 @@ def read_inputs(opts: VerifyOptions) -> tuple[str | None, dict[str, Any] | None]
         except OSError as exc:
             raise EvalInputError(f"--log {opts.log_path!r}: {exc.strerror}") from None
     elif opts.container is not None:
-        log = container_log(opts.container)
+        log = container_log(containers or docker_containers(), opts.container)
     return log, report
-
-
-def container_log(container: str) -> str:
-    import docker  # lazy: only `verify --container` needs the Docker SDK
-
-    try:
-        data = docker.from_env().containers.get(container).logs()
-    except docker.errors.DockerException as exc:
-        raise EvalInputError(f"--container {container!r}: {exc}") from None
-    return bytes(data).decode("utf-8", "replace")
 
 
 def _engine_lines(opts: VerifyOptions) -> list[tuple[str, Line]]:
@@ -76,7 +69,7 @@ def _engine_lines(opts: VerifyOptions) -> list[tuple[str, Line]]:
         status, _ = observe.http_get(opts.url + "/health")
     except EvalInputError as exc:
         return [(name, ("fail", str(exc))) for name in ("health", "models", "version")]
-    out = [("health", ("pass", "/health 200") if status == 200
+    out: list[tuple[str, Line]] = [("health", ("pass", "/health 200") if status == 200
             else ("fail", f"/health answered HTTP {status}"))]
     _, body = observe.http_get(opts.url + "/v1/models")
     try:
@@ -106,16 +99,16 @@ def _golden_line(opts: VerifyOptions, golden: Golden | None) -> Line:
 
     result = compare_golden(golden, opts.url, None, opts.replay,
                             opts.criteria, opts.allow_model_mismatch)
-    detail = (f"{result['compared']} compared, {result['diverged']} diverged, match rate "
-              f"{result['match_rate']}; " + "; ".join(
-                  r for r in result["reasons"] if not r.startswith("pass")))
-    return ("pass" if result["verdict"] == "pass" else "fail"), detail.rstrip("; ")
+    detail = (f"{result.compared} compared, {result.diverged} diverged, match rate "
+              f"{result.match_rate}; " + "; ".join(
+                  r for r in result.reasons if not r.startswith("pass")))
+    return ("pass" if result.verdict == "pass" else "fail"), detail.rstrip("; ")
 
 
 def _gpu_line(opts: VerifyOptions) -> Line:
     gpus = observe.nvml_gpus()
     if gpus:
-        utils = [g["util_percent"] for g in gpus]
+        utils = [g.util_percent for g in gpus]
         source = "NVML"
     elif opts.prometheus is not None and (
             utils := observe.prom_vector(opts.prometheus, "DCGM_FI_DEV_GPU_UTIL")):
@@ -152,8 +145,9 @@ def _prometheus_line(opts: VerifyOptions) -> Line:
     return "pass", f"target {instance} up; the vllm: series are in Prometheus"
 
 
-def run_checklist(opts: VerifyOptions) -> dict[str, Any]:
-    log, report = read_inputs(opts)
+def run_checklist(opts: VerifyOptions, containers: ContainerReader | None = None) -> Checklist:
+    """Every line; `containers` reads `--container`'s log (default: the local Docker)."""
+    log, report = read_inputs(opts, containers)
     # Read before any line runs: an unreadable golden file is bad input (exit 2), not a fail.
     golden = read_golden(opts.golden) if opts.golden is not None else None
     lines = _engine_lines(opts)
@@ -172,6 +166,6 @@ def run_checklist(opts: VerifyOptions) -> dict[str, Any]:
             lines.append((name, check()))
         except EvalInputError as exc:
             lines.append((name, ("fail", str(exc))))
-    checks = [{"name": n, "status": s, "detail": d} for n, (s, d) in lines]
-    verdict = "pass" if all(c["status"] in ("pass", "n/a") for c in checks) else "fail"
-    return {"url": opts.url, "checks": checks, "verdict": verdict}
+    checks = [CheckLine(n, s, d) for n, (s, d) in lines]
+    ok = all(c.status in ("pass", "n/a") for c in checks)
+    return Checklist(opts.url, checks, "pass" if ok else "fail")

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass, field
+from typing import cast
 
 from proxy.compare.diff import compare
 from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts, VerdictName, evaluate
@@ -25,6 +25,14 @@ from proxy.compare.request import request_meta
 from proxy.compare.stats import percentile, wilson_interval
 from proxy.compare.types import Capture, Comparison
 from proxy.evaluate.golden import GoldenEntry
+from proxy.evaluate.results import (
+    BaselineSummary,
+    CompareResult,
+    DivergenceSummary,
+    FinishStats,
+    LengthStats,
+    RequestRow,
+)
 
 _SEVERITY: dict[VerdictName, int] = {"fail": 0, "inconclusive": 1, "pass": 2}
 MAX_LISTED = 50
@@ -71,7 +79,7 @@ def _ok(cap: Capture) -> bool:
         and cap.status < 400 and cap.output_tokens is not None
 
 
-def length_stats(golden: Sequence[Capture], new: Sequence[Capture]) -> dict[str, Any]:
+def length_stats(golden: Sequence[Capture], new: Sequence[Capture]) -> LengthStats:
     """Paired output lengths: ratio of totals, Wilcoxon signed-rank, quantiles."""
     pairs = [(g.output_tokens or 0, n.output_tokens or 0)
              for g, n in zip(golden, new) if _ok(g) and _ok(n)]
@@ -83,48 +91,48 @@ def length_stats(golden: Sequence[Capture], new: Sequence[Capture]) -> dict[str,
         from scipy.stats import wilcoxon  # lazy: heavy import
 
         p_value = float(wilcoxon(diffs).pvalue)
-    return {
-        "pairs": len(pairs), "old_total": sum(old), "new_total": sum(newl),
-        "ratio": sum(newl) / sum(old) if sum(old) else None,
-        "shorter": sum(d < 0 for d in diffs), "longer": sum(d > 0 for d in diffs),
-        "wilcoxon_p": p_value,
-        "old_quantiles": {f"p{q}": percentile(old, q) for q in (10, 50, 90)},
-        "new_quantiles": {f"p{q}": percentile(newl, q) for q in (10, 50, 90)},
-    }
+    return LengthStats(
+        pairs=len(pairs), old_total=sum(old), new_total=sum(newl),
+        ratio=sum(newl) / sum(old) if sum(old) else None,
+        shorter=sum(d < 0 for d in diffs), longer=sum(d > 0 for d in diffs),
+        wilcoxon_p=p_value,
+        old_quantiles={f"p{q}": percentile(old, q) for q in (10, 50, 90)},
+        new_quantiles={f"p{q}": percentile(newl, q) for q in (10, 50, 90)},
+    )
 
 
-def _check_lengths(stats: dict[str, Any], base: dict[str, Any] | None,
+def _check_lengths(stats: LengthStats, base: LengthStats | None,
                    c: CompareCriteria) -> Check:
-    ratio = stats["ratio"]
+    ratio = stats.ratio
     if ratio is None:
         return Check("lengths", "inconclusive", "no answer lengths to compare")
-    noise = abs(base["ratio"] - 1) if base is not None and base["ratio"] is not None else 0.0
+    noise = abs(base.ratio - 1) if base is not None and base.ratio is not None else 0.0
     limit = c.max_length_change + noise
-    text = (f"new/old output tokens {ratio:.3f} over {stats['pairs']} pairs "
-            f"({stats['shorter']} shorter, {stats['longer']} longer; Wilcoxon signed-rank "
-            f"p={stats['wilcoxon_p']:.3g}); allowed change {limit:.3f}")
+    text = (f"new/old output tokens {ratio:.3f} over {stats.pairs} pairs "
+            f"({stats.shorter} shorter, {stats.longer} longer; Wilcoxon signed-rank "
+            f"p={stats.wilcoxon_p:.3g}); allowed change {limit:.3f}")
     if abs(ratio - 1) <= limit:
         return Check("lengths", "pass", text)
-    if stats["wilcoxon_p"] < c.gate.alpha:
+    if stats.wilcoxon_p < c.gate.alpha:
         return Check("lengths", "fail", text + ": " + ("shorter" if ratio < 1 else "longer"))
     return Check("lengths", "inconclusive", text + ": beyond it but not significant")
 
 
-def finish_stats(golden: Sequence[Capture], new: Sequence[Capture]) -> dict[str, Any]:
+def finish_stats(golden: Sequence[Capture], new: Sequence[Capture]) -> FinishStats:
     pairs = [(g.finish_reason, n.finish_reason) for g, n in zip(golden, new)
              if _ok(g) and _ok(n)]
     changes = Counter(f"{a}->{b}" for a, b in pairs if a != b)
-    return {"pairs": len(pairs), "changed": sum(changes.values()), "transitions": dict(changes)}
+    return FinishStats(len(pairs), sum(changes.values()), dict(changes))
 
 
-def _check_finish(stats: dict[str, Any], base: dict[str, Any] | None, c: CompareCriteria) -> Check:
-    n, k = stats["pairs"], stats["changed"]
+def _check_finish(stats: FinishStats, base: FinishStats | None, c: CompareCriteria) -> Check:
+    n, k = stats.pairs, stats.changed
     if n == 0:
         return Check("finish_reasons", "inconclusive", "no answers to compare")
-    noise = base["changed"] / base["pairs"] if base is not None and base["pairs"] else 0.0
+    noise = base.changed / base.pairs if base is not None and base.pairs else 0.0
     limit = min(1.0, c.max_finish_change + noise)
     low, _ = wilson_interval(k, n, c.gate.confidence)
-    moves = ", ".join(f"{t} {v}" for t, v in sorted(stats["transitions"].items())) or "none"
+    moves = ", ".join(f"{t} {v}" for t, v in sorted(stats.transitions.items())) or "none"
     text = f"finish reason changed in {k}/{n} ({moves}); limit {limit:.3f}"
     if low > limit:
         return Check("finish_reasons", "fail", text)
@@ -133,17 +141,17 @@ def _check_finish(stats: dict[str, Any], base: dict[str, Any] | None, c: Compare
     return Check("finish_reasons", "inconclusive", text + " (above, not significant)")
 
 
-def divergence_summary(cmps: Sequence[Comparison]) -> dict[str, Any]:
+def divergence_summary(cmps: Sequence[Comparison]) -> DivergenceSummary:
     positions = [c.first_divergence for c in cmps
                  if c.outcome == "diverged" and c.first_divergence is not None]
-    return {"count": len(positions), "min": min(positions, default=None),
-            "median": percentile([float(p) for p in positions], 50),
-            "max": max(positions, default=None), "positions": positions[:MAX_LISTED]}
+    return DivergenceSummary(len(positions), min(positions, default=None),
+                             percentile([float(p) for p in positions], 50),
+                             max(positions, default=None), positions[:MAX_LISTED])
 
 
 def judge(golden: Sequence[GoldenEntry], new: Sequence[Capture],
-          baseline: Sequence[Capture] | None, criteria: CompareCriteria) -> dict[str, Any]:
-    """The verdict and its evidence, as the JSON `eval compare --json` prints."""
+          baseline: Sequence[Capture] | None, criteria: CompareCriteria) -> CompareResult:
+    """The verdict and its evidence (`eval compare --json` prints it)."""
     old = [e.capture for e in golden]
     new_cmps = comparisons(golden, new, "shadow")
     base_cmps = comparisons(golden, baseline, "baseline") if baseline is not None else None
@@ -164,21 +172,21 @@ def judge(golden: Sequence[GoldenEntry], new: Sequence[Capture],
                _check_finish(finish, base_finish, criteria)]
     checks.sort(key=lambda c: _SEVERITY[c.status])
     low, high = wilson_interval(counts.matched, counts.compared, criteria.gate.confidence)
-    return {
-        "verdict": checks[0].status,
-        "reasons": [f"{c.status}: {c.detail}" for c in checks],
-        "compared": counts.compared, "diverged": counts.diverged, "close": counts.close,
-        "match_rate": counts.match_rate, "match_rate_ci": [low, high],
-        "first_divergence": divergence_summary(new_cmps),
-        "lengths": lengths, "finish_reasons": finish,
-        "errors": inputs.errors,
-        "baseline": None if base_cmps is None else {
-            **asdict(MatchCounts.of(base_cmps, "baseline")),
-            "match_rate": MatchCounts.of(base_cmps, "baseline").match_rate,
-            "lengths": base_lengths, "finish_reasons": base_finish},
-        "gate": verdict.details.get("match"),
-        "requests": [_row(e, c, cap) for e, c, cap in zip(golden, new_cmps, new)][:MAX_LISTED],
-    }
+    base_counts = None if base_cmps is None else MatchCounts.of(base_cmps, "baseline")
+    return CompareResult(
+        verdict=checks[0].status,
+        reasons=[f"{c.status}: {c.detail}" for c in checks],
+        compared=counts.compared, diverged=counts.diverged, close=counts.close,
+        match_rate=counts.match_rate, match_rate_ci=(low, high),
+        first_divergence=divergence_summary(new_cmps),
+        lengths=lengths, finish_reasons=finish,
+        errors=dict(inputs.errors),
+        baseline=None if base_counts is None or base_lengths is None or base_finish is None
+        else BaselineSummary(base_counts.compared, base_counts.diverged, base_counts.close,
+                             base_counts.match_rate, base_lengths, base_finish),
+        gate=verdict.details.get("match"),
+        requests=[_row(e, c, cap) for e, c, cap in zip(golden, new_cmps, new)][:MAX_LISTED],
+    )
 
 
 def _split(reason: str) -> tuple[VerdictName, str]:
@@ -187,9 +195,9 @@ def _split(reason: str) -> tuple[VerdictName, str]:
     return cast(VerdictName, status), detail
 
 
-def _row(entry: GoldenEntry, cmp: Comparison, cap: Capture) -> dict[str, Any]:
-    return {"source": entry.request.source, "outcome": cmp.outcome,
-            "first_divergence": cmp.first_divergence, "close": cmp.close_match,
-            "old_tokens": entry.capture.output_tokens, "new_tokens": cap.output_tokens,
-            "old_finish": entry.capture.finish_reason, "new_finish": cap.finish_reason,
-            "reason": cmp.reason}
+def _row(entry: GoldenEntry, cmp: Comparison, cap: Capture) -> RequestRow:
+    return RequestRow(source=entry.request.source, outcome=cmp.outcome,
+                      first_divergence=cmp.first_divergence, close=cmp.close_match,
+                      old_tokens=entry.capture.output_tokens, new_tokens=cap.output_tokens,
+                      old_finish=entry.capture.finish_reason, new_finish=cap.finish_reason,
+                      reason=cmp.reason)

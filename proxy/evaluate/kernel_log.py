@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.evaluate.results import CheckStatus
+
 # vLLM 0.32's _LINEAR_BACKEND_KERNEL_MAP, NVFP4 kernels only: backend -> kernel classes.
 NVFP4_KERNELS: dict[str, frozenset[str]] = {
     "cutlass": frozenset({"CutlassNvFp4LinearKernel"}),
@@ -99,7 +101,7 @@ def _no_cuda(report: dict[str, Any] | None) -> bool:
     return summary.get("cuda") is False
 
 
-def kernel_check(facts: LogFacts, report: dict[str, Any] | None) -> tuple[str, str]:
+def kernel_check(facts: LogFacts, report: dict[str, Any] | None) -> tuple[CheckStatus, str]:
     """(status, detail) of the checklist's kernel line."""
     if facts.unknown_env:
         return "fail", (f"vLLM ignored {', '.join(facts.unknown_env)} (\"Unknown vLLM "

@@ -9,13 +9,14 @@ the same settings serves fewer requests at once: that is the check.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import fields
 
 from proxy.evaluate import observe
+from proxy.evaluate.containers import ContainerReader, container_memory, docker_containers
 from proxy.evaluate.jsonl import EvalInputError
+from proxy.evaluate.results import EngineMemory, KvCache, MemoryResult
 
-CACHE_LABELS = ("num_gpu_blocks", "block_size", "kv_cache_size_tokens", "kv_cache_memory_bytes",
-                "cache_dtype", "gpu_memory_utilization", "kv_cache_max_concurrency")
+CACHE_LABELS = tuple(f.name for f in fields(KvCache) if f.name != "usage")
 
 
 def _number(text: str | None) -> float | str | None:
@@ -27,50 +28,35 @@ def _number(text: str | None) -> float | str | None:
         return text
 
 
-def kv_cache(url: str) -> dict[str, Any]:
+def kv_cache(url: str) -> KvCache:
     samples = observe.engine_samples(url)
     info = samples.get("vllm:cache_config_info")
     if not info:
         raise EvalInputError(f"{url}/metrics has no vllm:cache_config_info (vLLM 0.6 or later)")
     labels = info[0][0]
-    out: dict[str, Any] = {k: _number(labels.get(k)) for k in CACHE_LABELS}
     usage = samples.get("vllm:kv_cache_usage_perc") or samples.get("vllm:gpu_cache_usage_perc")
-    out["usage"] = max(v for _, v in usage) if usage else None
-    return out
+    return KvCache(**{k: _number(labels.get(k)) for k in CACHE_LABELS},
+                   usage=max(v for _, v in usage) if usage else None)
 
 
-def container_memory(container: str) -> dict[str, Any]:
-    """The container's memory use and limit from Docker's stats (one sample)."""
-    import docker  # lazy: only with --container
-
-    try:
-        stats = docker.from_env().containers.get(container).stats(stream=False)
-    except docker.errors.DockerException as exc:
-        raise EvalInputError(f"--container {container!r}: {exc}") from None
-    mem = stats.get("memory_stats") or {}
-    return {"container": container, "usage_bytes": mem.get("usage"), "limit_bytes": mem.get("limit")}
-
-
-def memory_report(urls: list[str], containers: list[str], max_kv_drop: float) -> dict[str, Any]:
+def memory_report(urls: list[str], containers: list[str], max_kv_drop: float,
+                  reader: ContainerReader | None = None) -> MemoryResult:
+    """Each engine's KV cache (and container memory, in the order of `urls`), the GPUs;
+    fail when the second engine's KV cache holds more than `max_kv_drop` fewer tokens."""
+    if containers and reader is None:
+        reader = docker_containers()
     engines = []
     for i, url in enumerate(urls):
-        entry: dict[str, Any] = {"url": url, "kv_cache": kv_cache(url), "container": None}
-        if i < len(containers):
-            entry["container"] = container_memory(containers[i])
-        engines.append(entry)
-    gpus = observe.nvml_gpus()
-    out: dict[str, Any] = {"engines": engines,
-                           "gpus": gpus if gpus else "n/a: no GPU seen (no NVML)",
-                           "verdict": "pass", "reason": "one engine: nothing compared"}
-    if len(engines) == 2:
-        old, new = (e["kv_cache"].get("kv_cache_size_tokens") for e in engines)
-        if not isinstance(old, float) or not isinstance(new, float) or old <= 0:
-            out["verdict"], out["reason"] = "inconclusive", "KV-cache size in tokens not known"
-        else:
-            change = new / old
-            out["kv_tokens_ratio"] = change
-            failed = change < 1 - max_kv_drop
-            out["verdict"] = "fail" if failed else "pass"
-            out["reason"] = (f"KV cache {old:.0f} -> {new:.0f} tokens (x{change:.3f}); "
-                             f"allowed drop {max_kv_drop:g}")
-    return out
+        box = container_memory(reader, containers[i]) \
+            if i < len(containers) and reader is not None else None
+        engines.append(EngineMemory(url, kv_cache(url), box))
+    gpus = observe.nvml_gpus() or "n/a: no GPU seen (no NVML)"
+    if len(engines) < 2:
+        return MemoryResult(engines, gpus, "pass", "one engine: nothing compared")
+    old, new = (e.kv_cache.kv_cache_size_tokens for e in engines)
+    if not isinstance(old, float) or not isinstance(new, float) or old <= 0:
+        return MemoryResult(engines, gpus, "inconclusive", "KV-cache size in tokens not known")
+    change = new / old
+    return MemoryResult(engines, gpus, "fail" if change < 1 - max_kv_drop else "pass",
+                        f"KV cache {old:.0f} -> {new:.0f} tokens (x{change:.3f}); "
+                        f"allowed drop {max_kv_drop:g}", change)

@@ -10,6 +10,7 @@ import urllib.request
 from typing import Any
 
 from proxy.evaluate.jsonl import EvalInputError
+from proxy.evaluate.results import GpuReading
 
 # The engine series the Grafana dashboards and `eval memory` read (histograms and
 # counters match by prefix: _bucket/_sum/_count/_total).
@@ -89,7 +90,7 @@ def prom_vector(prom_url: str, expr: str) -> list[float]:
     return [float(r["value"][1]) for r in prom_api(prom_url, "/api/v1/query", query=expr)["result"]]
 
 
-def nvml_gpus() -> list[dict[str, Any]] | None:
+def nvml_gpus() -> list[GpuReading] | None:
     """Per GPU: index, name, utilisation %, memory used/total bytes; None without NVML."""
     try:
         import pynvml  # optional: nvidia-ml-py (torch's CUDA wheels bring it)
@@ -105,9 +106,8 @@ def nvml_gpus() -> list[dict[str, Any]] | None:
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             util = pynvml.nvmlDeviceGetUtilizationRates(handle)
             mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            out.append({"index": i, "name": str(pynvml.nvmlDeviceGetName(handle)),
-                        "util_percent": float(util.gpu), "memory_used_bytes": int(mem.used),
-                        "memory_total_bytes": int(mem.total)})
+            out.append(GpuReading(i, str(pynvml.nvmlDeviceGetName(handle)), float(util.gpu),
+                                  int(mem.used), int(mem.total)))
         return out
     finally:
         pynvml.nvmlShutdown()

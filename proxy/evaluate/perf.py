@@ -20,12 +20,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from proxy.compare.gate import GateCriteria
+from proxy.compare.gate import GateCriteria, VerdictName
 from proxy.compare.stats import LatencySamples, ratio
 from proxy.compare.types import Capture
 from proxy.evaluate.client import replay
 from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.prompts import EvalRequest
+from proxy.evaluate.results import PerfLevel
 
 # What `vllm bench serve` runs (vllm/entrypoints/cli/benchmark/serve.py): the benchmark's
 # own parser and main. The `vllm` CLI itself reads the "vllm" distribution's metadata for
@@ -134,7 +135,8 @@ def compare_runs(old: Run, new: Run) -> dict[str, float | None]:
 MAX_EXCESS_ERROR_RATE = GateCriteria().max_error_rate_excess
 
 
-def verdict(ratios: list[dict[str, float | None]], max_slowdown: float) -> tuple[str, str]:
+def verdict(ratios: list[dict[str, float | None]],
+            max_slowdown: float) -> tuple[VerdictName, str]:
     if max_slowdown <= 0:
         return "pass", "latency not judged (--max-slowdown 0)"
     if not ratios:  # one --url: measured, as eval memory and perplexity do with one engine
@@ -166,7 +168,7 @@ def _merged(runs: list[Run]) -> Run:
 
 def side_by_side(urls: Sequence[str], models: Sequence[str], requests: Sequence[EvalRequest],
                  concurrencies: Sequence[int], *, rounds: int = 1, timeout_s: float = 300.0,
-                 tool: BenchTool | None = None) -> list[dict[str, Any]]:
+                 tool: BenchTool | None = None) -> list[PerfLevel]:
     """Per concurrency: each engine's figures and (two engines) new/old ratios."""
     levels = []
     for concurrency in concurrencies:
@@ -179,9 +181,7 @@ def side_by_side(urls: Sequence[str], models: Sequence[str], requests: Sequence[
                 else:
                     runs[i].append(vllm_bench(urls[i], models[i], tool, concurrency, timeout_s))
         merged = [_merged(r) for r in runs]
-        level: dict[str, Any] = {"concurrency": concurrency,
-                                 "engines": [m.as_json() for m in merged], "ratios": None}
-        if len(merged) == 2:
-            level["ratios"] = compare_runs(merged[0], merged[1])
-        levels.append(level)
+        levels.append(PerfLevel(concurrency, [m.as_json() for m in merged],
+                                compare_runs(merged[0], merged[1]) if len(merged) == 2
+                                else None))
     return levels

@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
+import numpy as np
 
+from proxy.compare.gate import VerdictName
 from proxy.evaluate.client import engine_info, session
 from proxy.evaluate.jsonl import EvalInputError, read_objects
+from proxy.evaluate.results import EngineScore, PerplexityDelta, PerplexityResult
 
 Method = Literal["auto", "prompt_logprobs", "echo"]
 
@@ -44,6 +47,36 @@ class Scored:
 
 
 def read_texts(path: str) -> list[str]:
+    """The texts of `path`: JSONL (`{"text": ...}` per line) when its first non-blank line
+    is a JSON object, else plain text, one text per paragraph (blank lines between)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            content = handle.read()
+    except OSError as exc:
+        raise EvalInputError(f"cannot read text set {path!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise EvalInputError(f"{path}: not UTF-8 ({exc.reason})") from None
+    first = next((line.strip() for line in content.splitlines() if line.strip()), "")
+    texts = _jsonl_texts(path) if first.startswith("{") else paragraphs(content)
+    if not texts:
+        raise EvalInputError(f"{path}: no texts")
+    return texts
+
+
+def paragraphs(content: str) -> list[str]:
+    """Paragraphs separated by blank lines (whitespace-only lines count as blank), each
+    with its line breaks kept and surrounding whitespace trimmed."""
+    out, lines = [], []
+    for line in [*content.splitlines(), ""]:
+        if line.strip():
+            lines.append(line.rstrip())
+        elif lines:
+            out.append("\n".join(lines).strip())
+            lines = []
+    return out
+
+
+def _jsonl_texts(path: str) -> list[str]:
     texts = []
     for number, obj in read_objects(path, "text set"):
         text = obj.get("text")
@@ -51,8 +84,6 @@ def read_texts(path: str) -> list[str]:
             raise EvalInputError(f"{path}:{number}: expected {{\"text\": \"...\"}} with a "
                                  f"non-empty string, got keys {sorted(obj)[:8]}")
         texts.append(text)
-    if not texts:
-        raise EvalInputError(f"{path}: no texts")
     return texts
 
 
@@ -165,8 +196,9 @@ async def _max_model_len(http: aiohttp.ClientSession, url: str) -> int:
 
 def evaluate_perplexity(urls: Sequence[str], texts: Sequence[str], *, max_len: int | None,
                         method: Method = "auto", concurrency: int = 4, timeout_s: float = 300.0,
-                        confidence: float = 0.95, resamples: int = 2000) -> dict[str, Any]:
-    """Perplexity per engine and, for two, the paired difference (second - first)."""
+                        confidence: float = 0.95, resamples: int = 2000,
+                        max_increase: float = 0.05) -> PerplexityResult:
+    """Perplexity per engine and, for two, the paired difference (second - first), judged."""
     models, ids, limit = asyncio.run(_tokenized(urls, texts, max_len))
     text_windows = [windows(t, limit) for t in ids]
     kept = [i for i, w in enumerate(text_windows) if w]
@@ -178,35 +210,60 @@ def evaluate_perplexity(urls: Sequence[str], texts: Sequence[str], *, max_len: i
         chosen, nll = asyncio.run(_score_engine(url, model, [text_windows[i] for i in kept],
                                                 method, concurrency, timeout_s))
         scored.append(Scored(url, None, chosen, tuple(nll), tokens))
-    out: dict[str, Any] = {
-        "texts": len(kept), "skipped_single_token": len(texts) - len(kept),
-        "tokens": sum(tokens), "windows": sum(len(text_windows[i]) for i in kept),
-        "max_model_len": limit,
-        "results": [{"url": s.url, "method": s.method, "perplexity": s.perplexity}
-                    for s in scored],
-        "delta": None,
-    }
-    if len(scored) == 2:
-        out["delta"] = paired_delta(scored[0], scored[1], confidence, resamples)
-    return out
+    results = [EngineScore(s.url, s.method, s.perplexity) for s in scored]
+    delta = paired_delta(scored[0], scored[1], confidence, resamples) \
+        if len(scored) == 2 else None
+    verdict, reason = perplexity_verdict(results, delta, max_increase)
+    return PerplexityResult(
+        texts=len(kept), skipped_single_token=len(texts) - len(kept), tokens=sum(tokens),
+        windows=sum(len(text_windows[i]) for i in kept), max_model_len=limit,
+        results=results, delta=delta, verdict=verdict, reason=reason)
+
+
+def perplexity_verdict(results: Sequence[EngineScore], delta: PerplexityDelta | None,
+                       max_increase: float) -> tuple[VerdictName, str]:
+    """Fail when the interval's lower bound is above `max_increase` x old, pass when its
+    upper bound is within, else inconclusive; one engine: measured, nothing judged."""
+    if delta is None:
+        return "pass", "one engine: perplexity measured, nothing compared"
+    old = results[0].perplexity
+    low, high = delta.ci
+    limit = max_increase * old
+    text = (f"perplexity {old:.4g} -> {results[1].perplexity:.4g}, delta "
+            f"{delta.value:+.4g} ({delta.confidence:.0%} interval {low:+.4g}..{high:+.4g}); "
+            f"allowed increase {limit:.4g}")
+    if low > limit:
+        return "fail", text
+    if high <= limit:
+        return "pass", text
+    return "inconclusive", text
+
+
+def _perplexity_delta(old_nll: np.ndarray, new_nll: np.ndarray, tokens: np.ndarray,
+                      axis: int = -1) -> np.ndarray:
+    """new - old perplexity of a set of texts (vectorized over resamples on `axis`)."""
+    total = np.sum(tokens, axis=axis)
+    return np.exp(np.sum(new_nll, axis=axis) / total) - np.exp(np.sum(old_nll, axis=axis) / total)
 
 
 def paired_delta(old: Scored, new: Scored, confidence: float, resamples: int,
-                 seed: int = 0) -> dict[str, Any]:
-    """new - old perplexity with a paired bootstrap interval (texts resampled together)."""
-    n = len(old.nll)
-    rng = random.Random(seed)
-    deltas = []
-    for _ in range(resamples):
-        pick = [rng.randrange(n) for _ in range(n)]
-        tokens = sum(old.tokens[i] for i in pick)
-        o = math.exp(math.fsum(old.nll[i] for i in pick) / tokens)
-        w = math.exp(math.fsum(new.nll[i] for i in pick) / tokens)
-        deltas.append(w - o)
-    deltas.sort()
-    tail = (1 - confidence) / 2
-    low = deltas[int(tail * (resamples - 1))]
-    high = deltas[math.ceil((1 - tail) * (resamples - 1))]
+                 seed: int = 0) -> PerplexityDelta:
+    """new - old perplexity with a paired bootstrap interval (texts resampled together),
+    bias-corrected and accelerated (scipy's BCa). Where it cannot be computed (one text,
+    or every resample the same, as for identical engines) the interval is the value."""
+    from scipy.stats import bootstrap  # lazy: heavy import
+
     value = new.perplexity - old.perplexity
-    return {"value": value, "ci": [low, high], "relative": value / old.perplexity,
-            "confidence": confidence, "resamples": resamples, "method": "paired bootstrap"}
+    low = high = value
+    if len(old.nll) >= 2:
+        data = (np.asarray(old.nll), np.asarray(new.nll), np.asarray(old.tokens, dtype=float))
+        with warnings.catch_warnings():  # a degenerate sample: handled below
+            warnings.simplefilter("ignore")
+            interval = bootstrap(data, _perplexity_delta, paired=True, vectorized=True,
+                                 method="BCa", confidence_level=confidence,
+                                 n_resamples=resamples,
+                                 rng=np.random.default_rng(seed)).confidence_interval
+        if math.isfinite(interval.low) and math.isfinite(interval.high):
+            low, high = float(interval.low), float(interval.high)
+    return PerplexityDelta(value, (low, high), value / old.perplexity, confidence, resamples,
+                           "paired bootstrap (BCa)")

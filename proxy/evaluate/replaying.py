@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from proxy.compare.types import Role
 from proxy.evaluate.client import Answer, EngineInfo, engine_info, replay, session
@@ -19,6 +19,7 @@ from proxy.evaluate.golden import Golden, write_golden
 from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.judge import CompareCriteria, judge
 from proxy.evaluate.prompts import EvalRequest
+from proxy.evaluate.results import CompareResult, Engines, EngineSummary, Recorded
 
 Pace = Literal["fast", "recorded"]
 
@@ -88,7 +89,7 @@ def _check_answers(answers: Sequence[Answer], requests: Sequence[EvalRequest],
 
 
 def record(url: str, requests: Sequence[EvalRequest], out_path: str,
-           settings: ReplaySettings, store_text: bool = False) -> dict[str, Any]:
+           settings: ReplaySettings, store_text: bool = False) -> Recorded:
     """Send the set to the old engine and write the golden file (atomically)."""
     info = asyncio.run(_info(url))
     requests = with_model(requests, info)
@@ -96,8 +97,7 @@ def record(url: str, requests: Sequence[EvalRequest], out_path: str,
                                  rate=settings.rate, timeout_s=settings.timeout_s))
     _check_answers(answers, requests, url, strict=True)
     write_golden(out_path, info, list(requests), answers, store_text)
-    return {"url": url, "version": info.version, "models": list(info.models),
-            "requests": len(requests), "output": out_path}
+    return Recorded(url, info.version, list(info.models), len(requests), out_path)
 
 
 def check_engines(golden: Golden, new: EngineInfo, baseline: EngineInfo | None,
@@ -145,7 +145,7 @@ async def _replay_all(golden: Golden, targets: list[tuple[EngineInfo, Role]],
 
 def compare_golden(golden: Golden, url: str, baseline_url: str | None,
                    settings: ReplaySettings, criteria: CompareCriteria,
-                   allow_mismatch: bool = False) -> dict[str, Any]:
+                   allow_mismatch: bool = False) -> CompareResult:
     """Replay the golden's requests on the new engine (and a baseline) and judge them."""
     new = asyncio.run(_info(url))
     base = asyncio.run(_info(baseline_url)) if baseline_url else None
@@ -162,11 +162,10 @@ def compare_golden(golden: Golden, url: str, baseline_url: str | None,
         _check_answers(answers, requests, info.url, strict=False)
     out = judge(golden.entries, [a.capture for a in results[0]],
                 [a.capture for a in results[1]] if base is not None else None, criteria)
-    out["engines"] = {"golden": _engine_json(golden.engine), "new": _engine_json(new),
-                      "baseline": None if base is None else _engine_json(base)}
-    out["warnings"] = warnings
-    return out
+    engines = Engines(_summary(golden.engine), _summary(new),
+                      None if base is None else _summary(base))
+    return replace(out, engines=engines, warnings=warnings)
 
 
-def _engine_json(info: EngineInfo) -> dict[str, Any]:
-    return {"url": info.url, "version": info.version, "models": list(info.models)}
+def _summary(info: EngineInfo) -> EngineSummary:
+    return EngineSummary(info.url, info.version, list(info.models))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
 import subprocess
 import sys
@@ -76,6 +78,34 @@ def test_demo_regression_is_aborted_and_clients_never_notice(tmp_path: Path) -> 
     assert "the old version kept serving every client all along" in out
     doc = _report_json(tmp_path)
     assert doc["verdict"] == "fail" and doc["diverged"] >= 1
+    # Into a pipe the gate's progress is a few plain lines, not one per quarter second.
+    assert 1 <= len(re.findall(r"^ +phase shadowing .*samples \d+/60", out, re.MULTILINE)) <= 6
+
+
+def test_in_a_terminal_the_progress_is_one_line_redrawn_in_place(tmp_path: Path) -> None:
+    leader, follower = pty.openpty()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "demo", "--out-dir", str(tmp_path), "--no-launcher"],
+        stdout=follower, stderr=subprocess.DEVNULL)
+    os.close(follower)
+    raw = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the demo ended and closed the terminal
+            break
+        if not chunk:
+            break
+        raw += chunk
+    os.close(leader)
+    assert child.wait(timeout=180) == 0, raw[-3000:]
+    out = raw.decode().replace("\r\n", "\n")
+    drawings = re.findall(r"\r +phase shadowing [^\r\n]*samples (\d+)/60", out)
+    assert len(drawings) >= 3, out[-3000:]  # redrawn as the samples come in
+    # What the terminal keeps: each row is its last drawing; shadowing's progress is one row.
+    rows = [row.split("\r")[-1].replace("\x1b[K", "") for row in out.split("\n")]
+    kept = [row for row in rows if "phase shadowing" in row]
+    assert len(kept) == 1 and f"samples {drawings[-1]}/60" in kept[0], kept
 
 
 def test_traffic_mix_covers_every_path() -> None:

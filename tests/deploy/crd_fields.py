@@ -1,15 +1,13 @@
-"""The fields Argo Rollouts, Flagger and prometheus-operator document for the custom
-resources in deploy/kubernetes: a whitelist, so a misspelt or invented field fails.
+"""The fields Argo Rollouts documents for the custom
+resources in deploy/kubernetes whose CRD is not vendored in tests/deploy/crds (those are
+checked against it, tests/deploy/crd_schema.py): a whitelist, so a misspelt or invented
+field fails.
 
 Sources (read through the project's search tool):
 - Argo Rollouts: docs/features/bluegreen.md and docs/features/analysis.md, docs/analysis/
   web.md and prometheus.md (argoproj/argo-rollouts): Rollout spec and blueGreen fields,
   AnalysisTemplate args/metrics, the web provider (url, method, headers, body,
   timeoutSeconds, jsonPath) and the prometheus provider (address, query, timeout).
-- Flagger: docs/gitbook/usage/how-it-works.md and webhooks.md (fluxcd/flagger): Canary
-  targetRef, service, analysis (interval, threshold, iterations, webhooks: name, type, url,
-  timeout, metadata) and the webhook types.
-- prometheus-operator: Documentation/api.md (ServiceMonitor endpoints, PrometheusRule groups).
 """
 
 from __future__ import annotations
@@ -20,9 +18,6 @@ ANY = "*"  # free-form below (labels, a pod template checked on its own)
 METADATA = {"name": ANY, "namespace": ANY, "labels": ANY, "annotations": ANY}
 ANALYSIS_REF = {"templates": [{"templateName": ANY, "clusterScope": ANY}],
                 "args": [{"name": ANY, "value": ANY, "valueFrom": ANY}]}
-WEBHOOK_TYPES = {"confirm-rollout", "pre-rollout", "rollout", "confirm-traffic-increase",
-                 "confirm-promotion", "post-rollout", "rollback", "event"}
-
 SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
     ("argoproj.io/v1alpha1", "Rollout"): {
         "apiVersion": ANY, "kind": ANY, "metadata": METADATA,
@@ -53,26 +48,6 @@ SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
                                         "insecure": ANY, "headers": ANY},
                          "job": {"metadata": ANY, "spec": ANY}}}],
                  "dryRun": ANY, "measurementRetention": ANY}},
-    ("flagger.app/v1beta1", "Canary"): {
-        "apiVersion": ANY, "kind": ANY, "metadata": METADATA,
-        "spec": {"targetRef": {"apiVersion": ANY, "kind": ANY, "name": ANY},
-                 "autoscalerRef": ANY, "progressDeadlineSeconds": ANY, "skipAnalysis": ANY,
-                 "service": {"port": ANY, "targetPort": ANY, "portName": ANY, "name": ANY,
-                             "portDiscovery": ANY},
-                 "analysis": {"interval": ANY, "threshold": ANY, "iterations": ANY,
-                              "maxWeight": ANY, "stepWeight": ANY, "metrics": ANY,
-                              "webhooks": [{"name": ANY, "type": ANY, "url": ANY,
-                                            "timeout": ANY, "metadata": ANY,
-                                            "muteAlert": ANY, "retries": ANY}]}}},
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): {
-        "apiVersion": ANY, "kind": ANY, "metadata": METADATA,
-        "spec": {"jobLabel": ANY, "selector": ANY, "namespaceSelector": ANY,
-                 "endpoints": [{"port": ANY, "path": ANY, "interval": ANY,
-                                "scrapeTimeout": ANY, "scheme": ANY}]}},
-    ("monitoring.coreos.com/v1", "PrometheusRule"): {
-        "apiVersion": ANY, "kind": ANY, "metadata": METADATA,
-        "spec": {"groups": [{"name": ANY, "interval": ANY,
-                             "rules": [{"record": ANY, "expr": ANY}]}]}},
 }
 
 

@@ -1,5 +1,6 @@
 """deploy/kubernetes validated offline: Kubernetes objects against their schemas
-(kubernetes-validate ships them), custom resources against the documented fields
+(kubernetes-validate ships them), custom resources against their projects' CRD schemas
+where vendored (tests/deploy/crd_schema.py), else the documented fields
 (tests/deploy/crd_fields.py), the references between objects, the generated rules."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import yaml
 from proxy.cli import build_parser
 from proxy.cli.proxy_cmd import build_config
 from proxy.fleet.rules import rendered_files
-from tests.deploy.crd_fields import SCHEMAS, WEBHOOK_TYPES, unknown_fields
+from tests.deploy.crd_fields import SCHEMAS, unknown_fields
+from tests.deploy.crd_schema import schema_errors, schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -51,7 +53,9 @@ def test_every_object_validates(overlay):
     assert objects
     for obj in objects:
         key = (obj["apiVersion"], obj["kind"])
-        if key in SCHEMAS:
+        if key in schemas():
+            assert schema_errors(obj) == [], key
+        elif key in SCHEMAS:
             assert unknown_fields(obj, SCHEMAS[key]) == [], key
         else:  # a core object: its OpenAPI schema, unknown fields refused
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -70,8 +74,6 @@ def test_every_object_validates(overlay):
                     "containers"]
                 assert container["command"][:2] == ["vllm-cutover", "gate"]
                 build_parser().parse_args(container["command"][1:])  # our CLI takes it
-    for canary in by_kind(objects, "Canary").values():
-        assert {w["type"] for w in canary["spec"]["analysis"]["webhooks"]} <= WEBHOOK_TYPES
 
 
 def test_a_bad_field_is_caught():
@@ -83,6 +85,39 @@ def test_a_bad_field_is_caught():
     service["spec"]["ports"][0]["port"] = "eight thousand"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(service, K8S_VERSION, strict=True)
+
+
+def test_the_crd_schemas_catch_a_bad_type_pattern_field_and_a_missing_one():
+    (rules,) = by_kind(render(KUBE / "argo-rollouts"), "PrometheusRule").values()
+    assert schema_errors(rules) == []
+    group = rules["spec"]["groups"][0]
+    group["interval"] = "30 seconds"  # a Prometheus duration is 30s
+    group["rules"][0]["recrod"] = group["rules"][0].pop("record")  # misspelt
+    del group["rules"][1]["expr"]
+    group["limit"] = "ten"
+    errors = schema_errors(rules)
+    assert len(errors) == 4, errors
+    assert errors[0].startswith("spec.groups.0.interval: '30 seconds' does not match '^(0|")
+    assert errors[1:] == [
+        "spec.groups.0.limit: 'ten' is not of type 'integer'",
+        "spec.groups.0.rules.0: Additional properties are not allowed ('recrod' was unexpected)",
+        "spec.groups.0.rules.1: 'expr' is a required property",
+    ]
+    monitor = by_kind(render(KUBE / "flagger"), "ServiceMonitor")["vllm-cutover"]
+    assert schema_errors(monitor) == []
+    monitor["spec"]["endpoints"][0]["scheme"] = "grpc"
+    del monitor["spec"]["selector"]
+    assert schema_errors(monitor) == [
+        "spec.endpoints.0.scheme: 'grpc' is not one of ['http', 'https', 'HTTP', 'HTTPS']",
+        "spec: 'selector' is a required property"]
+    canary = by_kind(render(KUBE / "flagger"), "Canary")["vllm"]
+    canary["spec"]["analysis"]["webhooks"][0]["type"] = "confirm-promotoin"
+    canary["spec"]["analysis"]["interval"] = "one minute"
+    errors = schema_errors(canary)
+    assert len(errors) == 2 and errors[0].startswith(
+        "spec.analysis.interval: 'one minute' does not match '^[0-9]+(m|s)'"), errors
+    assert errors[1].startswith("spec.analysis.webhooks.0.type: 'confirm-promotoin' is not "
+                                "one of ['', 'confirm-rollout'")
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -162,16 +162,20 @@ def test_golden_of_another_model_is_refused(golden: Path, engines: dict[str, Vll
 
 
 def write_texts(path: Path) -> Path:
+    """JSONL for a .jsonl path, else a plain text file of the same texts (paragraphs)."""
     texts = [" ".join(WORDS[i % 9:] * (1 + i % 3)) for i in range(10)]
     texts.append(" ".join(WORDS * 30))  # ~900 tokens: several windows of 511
-    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    else:
+        path.write_text("\n\n".join(texts) + "\n")
     return path
 
 
 def test_perplexity_of_two_dtypes_differs_a_little(engines: dict[str, VllmServer],
                                                    tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    texts = write_texts(tmp_path / "texts.jsonl")
+    texts = write_texts(tmp_path / "texts.txt")  # a plain text file, one text a paragraph
     code, result = run_json(["eval", "perplexity", "--url", engines["old_a"].url, "--url",
                              engines["fp32"].url, "--texts", str(texts), "--json"], capsys)
     assert code == 0, result
@@ -182,7 +186,8 @@ def test_perplexity_of_two_dtypes_differs_a_little(engines: dict[str, VllmServer
     assert abs(delta["relative"]) < 0.02  # ... but nearly
     low, high = delta["ci"]
     assert low <= delta["value"] <= high and low < high
-    assert result["windows"] > result["texts"]  # the long text took several windows
+    assert result["windows"] > result["texts"] == 11  # the long text took several windows
+    assert delta["method"] == "paired bootstrap (BCa)"
 
 
 def test_echo_scores_as_prompt_logprobs_do(engines: dict[str, VllmServer], tmp_path: Path,

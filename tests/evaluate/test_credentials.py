@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from proxy.cli import main
-from proxy.cli.eval_cmd import emit, write_html
+from proxy.cli.eval_common import emit, write_html
 from proxy.evaluate.client import EngineInfo
 from proxy.evaluate.golden import read_golden, write_golden
 from tests.evaluate.test_no_logprobs import no_logprobs_url  # noqa: F401 - the fixture

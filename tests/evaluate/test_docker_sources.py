@@ -1,5 +1,6 @@
 """`verify --container` reads the startup log, `eval memory --container` the memory, of a
-real container through the Docker SDK (a container that prints vLLM's warning line)."""
+real container through the cutover's Docker driver (a container that prints vLLM's
+warning line)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 import pytest
 
 from proxy.cli import main
-from proxy.evaluate.memory import container_memory
+from proxy.cutover.docker_driver import DockerDriver
+from proxy.evaluate.containers import container_memory
 from tests.e2e.images import BASE_IMAGE_ENV, DEFAULT_BASE_IMAGE
 from tests.e2e.servers import free_port
 
@@ -46,8 +48,9 @@ def test_kernel_line_reads_the_container_log(warned: Any,
 
 
 def test_container_memory_from_docker_stats(warned: Any) -> None:
-    stats = container_memory(warned.id)
-    assert stats["usage_bytes"] > 0 and stats["limit_bytes"] >= stats["usage_bytes"]
+    stats = container_memory(DockerDriver(), warned.id)
+    assert stats.usage_bytes is not None and stats.limit_bytes is not None
+    assert stats.usage_bytes > 0 and stats.limit_bytes >= stats.usage_bytes
 
 
 def test_unknown_container_is_bad_input(docker_client: Any,

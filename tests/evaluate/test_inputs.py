@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,16 @@ from proxy.cli import main
 from proxy.compare.types import Capture, ExchangeRecord, RequestMeta
 from proxy.evaluate.golden import read_golden
 from proxy.evaluate.jsonl import EvalInputError, write_objects
-from proxy.evaluate.perplexity import Scored, paired_delta, windows
+from proxy.evaluate.perplexity import (
+    Scored,
+    paired_delta,
+    perplexity_verdict,
+    read_texts,
+    windows,
+)
 from proxy.evaluate.prompts import read_prompts
 from proxy.evaluate.records import read_record_requests
+from proxy.evaluate.results import EngineScore, PerplexityDelta
 from proxy.store import SqliteStore
 
 
@@ -87,16 +95,90 @@ def test_windows_score_every_token_after_the_first_once() -> None:
         windows(ids, 2)
 
 
+def test_texts_are_paragraphs_of_a_plain_file_or_lines_of_jsonl(tmp_path: Path) -> None:
+    plain = tmp_path / "texts.txt"
+    plain.write_text("\n\nThe first paragraph,\nwrapped.\n   \n\nSecond {one}.\n\n\nThird\n")
+    assert read_texts(str(plain)) == ["The first paragraph,\nwrapped.", "Second {one}.", "Third"]
+    jsonl = tmp_path / "texts.jsonl"
+    jsonl.write_text('\n{"text": "a b"}\n\n{"text": "c\\n\\nd"}\n')
+    assert read_texts(str(jsonl)) == ["a b", "c\n\nd"]
+    jsonl.write_text('{"text": "a"}\n{"prompt": "b"}\n')
+    with pytest.raises(EvalInputError, match=r"texts.jsonl:2: expected \{\"text\""):
+        read_texts(str(jsonl))
+    for content, error in (("\n \n", "no texts"), (b"\xff\xfe", "not UTF-8")):
+        empty = tmp_path / "bad.txt"
+        empty.write_bytes(content.encode() if isinstance(content, str) else content)
+        with pytest.raises(EvalInputError, match=error):
+            read_texts(str(empty))
+    with pytest.raises(EvalInputError, match="cannot read text set"):
+        read_texts(str(tmp_path / "missing.txt"))
+
+
 def test_paired_delta_interval_covers_a_shift() -> None:
     tokens = (10,) * 30
     old = Scored("a", None, "x", tuple(20.0 + (i % 5) for i in range(30)), tokens)
     new = Scored("b", None, "x", tuple(20.5 + (i % 5) for i in range(30)), tokens)
     delta = paired_delta(old, new, 0.95, 500)
     expected = new.perplexity - old.perplexity
-    assert delta["value"] == pytest.approx(expected)
+    assert delta.value == pytest.approx(expected)
     assert expected == pytest.approx(old.perplexity * (math.exp(0.05) - 1))
-    low, high = delta["ci"]
+    low, high = delta.ci
     assert 0 < low <= expected <= high
+
+
+def _percentile_bootstrap(old: Scored, new: Scored, resamples: int,
+                          seed: int) -> tuple[float, float]:
+    """The reference: a plain paired percentile bootstrap over texts, written out."""
+    rng = random.Random(seed)
+    n = len(old.nll)
+    deltas = []
+    for _ in range(resamples):
+        pick = [rng.randrange(n) for _ in range(n)]
+        tokens = sum(old.tokens[i] for i in pick)
+        deltas.append(math.exp(sum(new.nll[i] for i in pick) / tokens)
+                      - math.exp(sum(old.nll[i] for i in pick) / tokens))
+    deltas.sort()
+    return deltas[int(0.025 * (resamples - 1))], deltas[math.ceil(0.975 * (resamples - 1))]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_bca_interval_agrees_with_a_percentile_bootstrap(seed: int) -> None:
+    """30 texts of 50-500 tokens: scipy's BCa bounds lie within 8 % of the interval's
+    width of a written-out percentile bootstrap's (measured: median 2.6 %, Monte Carlo
+    noise of 2000 resamples 1-2 %)."""
+    rng = random.Random(seed)
+    tokens = tuple(rng.randrange(50, 500) for _ in range(30))
+    per_token = [rng.gauss(8.65, 0.3) for _ in tokens]
+    old = Scored("a", None, "x", tuple(t * p for t, p in zip(tokens, per_token)), tokens)
+    new = Scored("b", None, "x", tuple(t * (p + rng.gauss(0.005, 0.01))
+                                       for t, p in zip(tokens, per_token)), tokens)
+    low, high = paired_delta(old, new, 0.95, 2000, seed=seed).ci
+    ref_low, ref_high = _percentile_bootstrap(old, new, 4000, seed)
+    width = ref_high - ref_low
+    assert abs(low - ref_low) < 0.08 * width and abs(high - ref_high) < 0.08 * width
+
+
+def test_a_degenerate_sample_gives_the_value_as_its_interval() -> None:
+    tokens = (10, 20, 30)
+    same = Scored("a", None, "x", (20.0, 41.0, 60.0), tokens)
+    assert paired_delta(same, same, 0.95, 200).ci == (0.0, 0.0)  # identical engines
+    one_old, one_new = (Scored(u, None, "x", (nll,), (10,)) for u, nll in (("a", 20.0),
+                                                                         ("b", 21.0)))
+    delta = paired_delta(one_old, one_new, 0.95, 200)
+    assert delta.ci == (delta.value, delta.value) and delta.value > 0
+
+
+def test_the_perplexity_verdict_reads_the_interval_against_the_allowed_increase() -> None:
+    scores = [EngineScore("a", "echo", 100.0), EngineScore("b", "echo", 103.0)]
+
+    def delta(low: float, high: float) -> PerplexityDelta:
+        return PerplexityDelta(3.0, (low, high), 0.03, 0.95, 2000, "paired bootstrap (BCa)")
+
+    assert perplexity_verdict(scores, delta(1.0, 4.9), 0.05)[0] == "pass"  # <= 5 allowed
+    assert perplexity_verdict(scores, delta(5.1, 9.0), 0.05)[0] == "fail"
+    verdict, reason = perplexity_verdict(scores, delta(1.0, 9.0), 0.05)
+    assert verdict == "inconclusive" and "allowed increase 5" in reason
+    assert perplexity_verdict(scores[:1], None, 0.05)[0] == "pass"
 
 
 def test_verify_with_an_unreadable_golden_file_exits_2(tmp_path: Path,
