@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from proxy.cutover.control import EvidenceWindow
-from proxy.mirror.worker import messages as m
 from proxy.mirror.config import ProxyConfig, RouteConfig
+from proxy.mirror.worker import messages as m
 from proxy.mirror.worker.ipc import _LENGTH, Channel
 
 BIG = bytes(range(256)) * (3 * 4096)  # 3 MiB: more than one socket buffer
