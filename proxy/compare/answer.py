@@ -46,6 +46,11 @@ class Answer(NamedTuple):
     incomplete_reason: str | None = None
 
 
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list (anything else: none)."""
+    return [v for v in value if type(v) is dict] if type(value) is list else []
+
+
 def _text(value: Any) -> str:
     return value if type(value) is str else ""
 
@@ -114,18 +119,13 @@ def responses_answer(response: dict[str, Any]) -> Answer:
     reasoning: list[str] = []
     refusal: list[str] = []
     calls: list[ToolCall] = []
-    output = response.get("output")
-    for item in output if type(output) is list else ():
-        if type(item) is not dict:
-            continue
+    for item in _dicts(response.get("output")):
         kind = item.get("type")
         if kind == "function_call":
             calls.append(ToolCall(_text(item.get("name")), _text(item.get("arguments"))))
         elif kind in ("message", "reasoning"):
             parts = item.get("content")
-            for part in parts if type(parts) is list else ():
-                if type(part) is not dict:
-                    continue
+            for part in _dicts(parts):
                 ptype = part.get("type")
                 if ptype == "output_text":
                     content.append(_text(part.get("text")))
@@ -134,9 +134,7 @@ def responses_answer(response: dict[str, Any]) -> Answer:
                 elif ptype in ("reasoning_text", "reasoning"):
                     reasoning.append(_text(part.get("text")))
             if kind == "reasoning" and not parts:
-                summary = item.get("summary")
-                reasoning.extend(_text(s.get("text")) for s in summary or ()
-                                 if type(s) is dict)
+                reasoning.extend(_text(s.get("text")) for s in _dicts(item.get("summary")))
     details = response.get("incomplete_details")
     reason = details.get("reason") if type(details) is dict else None
     status = response.get("status")

@@ -15,9 +15,12 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
+__all__ = ["close_match", "compare", "first_divergence", "main_field"]
+
 from rapidfuzz.distance import Levenshtein
 
 from proxy.compare.fields import FieldDiff, compare_answers
+from proxy.compare.fields import first_difference as first_divergence
 from proxy.compare.types import Capture, Comparison, RequestMeta, Role
 
 
@@ -99,16 +102,6 @@ def main_field(capture: Capture) -> str:
     """The text field of choice 0 as the client names it."""
     return "text" if capture.answer is not None and capture.answer.kind == "completions" \
         else "content"
-
-
-def first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
-    """Index of the first differing element (the shorter length if one is a prefix), else None."""
-    if a == b:
-        return None
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
 
 
 def close_match(primary: Capture, other: Capture, index: int | None) -> bool | None:

@@ -13,6 +13,7 @@ A differing number of choices is field `choices`. No text is put in a `FieldDiff
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +36,9 @@ class FieldDiff:
     detail: str  # what differed, without the text itself
 
 
-def first_difference(a: str, b: str) -> int | None:
-    """Index of the first differing character (the shorter length if a prefix), or None."""
+def first_difference(a: Sequence[Any], b: Sequence[Any]) -> int | None:
+    """Index of the first differing element (character, token; the shorter length if one
+    is a prefix of the other), or None when equal."""
     if a == b:
         return None
     for i, (x, y) in enumerate(zip(a, b)):
