@@ -320,13 +320,10 @@ class CaptureBuilder:
                 self._error = "invalid_sse"
                 return False
             piece = delta.get("content")
-            has_output = bool(piece)
-            if not piece or len(delta) > 1:  # not a plain content delta: look further
-                others = (delta.get("reasoning_content") or delta.get("reasoning")
-                          or delta.get("tool_calls") or delta.get("refusal"))
-                if others:
-                    self._extra(choice.get("index", 0)).delta(delta)
-                    has_output = True
+            if piece and len(delta) == 1:
+                has_output = True
+            else:  # not a plain content delta: look further
+                has_output = self._delta_parts(choice, delta, piece)
         if piece and type(piece) is not str:
             self._error = "invalid_sse"
             return False
@@ -357,6 +354,15 @@ class CaptureBuilder:
             stop = choice.get("stop_reason")
             self._stop_reason = None if stop is None else str(stop)
         return has_output
+
+    def _delta_parts(self, choice: dict[str, Any], delta: dict[str, Any], piece: Any) -> bool:
+        """A delta that may carry more than content: its other parts go to the choice's
+        builder; True when it carries output."""
+        if (delta.get("reasoning_content") or delta.get("reasoning")
+                or delta.get("tool_calls") or delta.get("refusal")):
+            self._extra(choice.get("index", 0)).delta(delta)
+            return True
+        return bool(piece)
 
     def _on_full_body(self, body: bytes, t: float) -> None:
         try:
