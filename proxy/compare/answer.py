@@ -151,3 +151,24 @@ def response_output_tokens(response: dict[str, Any]) -> int | None:
         if type(tokens) is int:
             return tokens
     return None
+
+
+def answer_json(answer: Answer) -> dict[str, Any]:
+    """`answer` as JSON (it holds the text: store it only where text may be kept)."""
+    return {"kind": answer.kind, "status": answer.status,
+            "incomplete_reason": answer.incomplete_reason,
+            "choices": [{**c._asdict(), "tool_calls": [list(t) for t in c.tool_calls]}
+                        for c in answer.choices]}
+
+
+def answer_from_json(obj: Any) -> Answer | None:
+    """An answer written by `answer_json` (None stays None); ValueError on a bad shape."""
+    if obj is None:
+        return None
+    try:
+        choices = tuple(ChoiceAnswer(**{**c, "tool_calls": tuple(
+            ToolCall(str(name), str(arguments)) for name, arguments in c["tool_calls"])})
+            for c in obj["choices"])
+        return Answer(obj["kind"], choices, obj.get("status"), obj.get("incomplete_reason"))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not an answer: {exc}") from None

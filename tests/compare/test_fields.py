@@ -170,3 +170,14 @@ def test_choice_count_and_refusal() -> None:
     refused = Answer("chat", (ChoiceAnswer(0, "", refusal="no"),))
     assert [d.field for d in compare_answers(Answer("chat", (ChoiceAnswer(0, ""),)),
                                              refused)] == ["refusal"]
+
+
+def test_answer_json_round_trip_keeps_every_field() -> None:
+    from proxy.compare.answer import answer_from_json, answer_json
+
+    answer = Answer("chat", (ChoiceAnswer(0, "", "why", "", (ToolCall("f", '{"a": 1}'),),
+                                          "tool_calls", None),
+                             ChoiceAnswer(1, "hi", finish_reason="stop", stop_reason="42")))
+    back = answer_from_json(json.loads(json.dumps(answer_json(answer))))
+    assert back == answer and compare_answers(answer, back) == []
+    assert answer_from_json(None) is None
