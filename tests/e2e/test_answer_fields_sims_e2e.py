@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.proxy_fixtures import RunningProxy, http_request, start_proxy, wait_for
+from tests.e2e.proxy_fixtures import RunningProxy, http_request, start_proxy, total, wait_for
 from tests.e2e.servers import HOST, ServerProcess, free_port, spawn
 
 pytestmark = [pytest.mark.e2e]
@@ -105,6 +105,9 @@ def test_identical_versions_pass_on_every_field(tmp_path: Path) -> None:
         send(proxy, [stateful])  # relayed to the primary, never mirrored
         report = report_of(proxy, len(mixed))
         gate = proxy.admin("/admin/gate")
+        dropped = total(proxy.metrics(), "vllm_cutover_shadow_dropped_total",
+                        reason="responses_previous_response")
+    assert dropped == 1
     assert report["compared"] == len(mixed) and report["diverged"] == 0
     assert report["diverged_fields"] == {}
     assert set(report["shadow"]["compared_endpoints"]) == {"chat", "completions", "responses"}
@@ -136,6 +139,10 @@ def test_a_version_differing_in_one_field_is_caught_on_that_field(
         send(proxy, requests)
         report = report_of(proxy, len(requests))
         gate = proxy.admin("/admin/gate")
+        metrics = proxy.metrics()
+    for name, count in expected.items():
+        assert total(metrics, "vllm_cutover_diverged_field_total", against="shadow",
+                     field=name) == count
     assert report["compared"] == len(requests)
     assert report["diverged_fields"] == expected
     assert report["diverged"] == sum(expected.values())
