@@ -375,14 +375,16 @@ class CaptureBuilder:
             self._t_first = t
             return
         choices = obj.get("choices") if type(obj) is dict else None
-        if type(choices) is not list or not choices \
-                or not all(type(choice) is dict for choice in choices):
+        if type(choices) is not list or not choices:
             self._error = "invalid_json"
             return
         as_deltas = []
         for choice in choices:
+            if type(choice) is not dict:
+                self._error = "invalid_json"
+                return
             message = choice.get("message")
-            if isinstance(message, dict):
+            if type(message) is dict:  # chat: read the message as one delta
                 self._is_chat = True
                 choice = {**choice, "delta": message}
                 del choice["message"]
