@@ -181,3 +181,15 @@ def test_answer_json_round_trip_keeps_every_field() -> None:
     back = answer_from_json(json.loads(json.dumps(answer_json(answer))))
     assert back == answer and compare_answers(answer, back) == []
     assert answer_from_json(None) is None
+
+
+def test_a_delta_with_reasoning_and_content_at_once_keeps_both() -> None:
+    # vLLM's reasoning parser can end the reasoning and start the content in one delta.
+    events = _sse({"choices": [{"index": 0, "delta": {"reasoning": "think"}}]},
+                  {"choices": [{"index": 0, "delta": {"reasoning": ".", "content": "An"}}]},
+                  {"choices": [{"index": 0, "delta": {"content": "swer"},
+                                "finish_reason": "stop"}]})
+    cap = _capture("primary", events)
+    assert cap.answer is not None and cap.text == "Answer"
+    assert (cap.answer.choices[0].reasoning, cap.answer.choices[0].content) == ("think.",
+                                                                                "Answer")
