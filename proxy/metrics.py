@@ -79,6 +79,9 @@ class ProxyMetrics:
         self.shadow_dropped = Counter(
             f"{ns}_shadow_dropped", "Sampled requests not mirrored", ("reason",),
             registry=registry)
+        self.diverged_field = Counter(
+            f"{ns}_diverged_field", "Diverged comparisons by the field that diverged first "
+            "(proxy.compare.fields.FIELDS)", ("against", "field"), registry=registry)
         self.shadow_inflight = Gauge(
             f"{ns}_shadow_inflight", "Mirrored requests in flight", registry=registry)
         self.token_id_source = Counter(
@@ -142,6 +145,8 @@ class ProxyMetrics:
         det = "true" if deterministic else "false"
         for comparison in comparisons:
             self.comparisons.labels(comparison.against, comparison.outcome, det).inc()
+            if comparison.outcome == "diverged" and comparison.field is not None:
+                self.diverged_field.labels(comparison.against, comparison.field).inc()
             if comparison.first_divergence is not None:
                 self.first_divergence.labels(comparison.against).observe(
                     comparison.first_divergence)

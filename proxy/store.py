@@ -65,6 +65,18 @@ CREATE TABLE IF NOT EXISTS admission (
 """
 
 
+# Added columns (issue 22: which field diverged first, in which choice), appended to tables
+# of older databases on open.
+_FIELD_COLUMNS = (("comparison", "field", "TEXT"), ("comparison", "choice", "INTEGER"))
+
+
+def _add_columns(db: sqlite3.Connection, columns: Sequence[tuple[str, str, str]]) -> None:
+    for table, name, kind in columns:
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if name not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+
+
 def _opt_bool(value: bool | None) -> int | None:
     return None if value is None else int(value)
 
@@ -89,6 +101,7 @@ class SqliteStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA + META_TABLE)
+            _add_columns(self._db, _FIELD_COLUMNS)
         # Hashes of prompts and completions: keyed per database (proxy.record_hash).
         self.hasher = RecordHasher.open(self._db, writable=not self.readonly)
 
@@ -117,10 +130,13 @@ class SqliteStore:
             "INSERT INTO capture VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [self._capture_row(exchange_id, c) for c in record.captures])
         self._db.executemany(
-            "INSERT INTO comparison VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO comparison (exchange_id, against, outcome, exact_match,"
+            " first_divergence, edit_distance, length_delta, finish_reason_match, close_match,"
+            " reason, basis, field, choice) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [(exchange_id, c.against, c.outcome, int(c.exact_match), c.first_divergence,
               c.edit_distance, c.length_delta, _opt_bool(c.finish_reason_match),
-              _opt_bool(c.close_match), c.reason, c.basis) for c in record.comparisons])
+              _opt_bool(c.close_match), c.reason, c.basis, c.field, c.choice)
+             for c in record.comparisons])
 
     def _capture_row(self, exchange_id: int | None, c: Capture) -> tuple[Any, ...]:
         keep = self.store_text
@@ -223,7 +239,9 @@ class SqliteStore:
         comparisons = tuple(Comparison(
             against=c[1], outcome=c[2], exact_match=bool(c[3]), first_divergence=c[4],
             edit_distance=c[5], length_delta=c[6], finish_reason_match=_from_opt_bool(c[7]),
-            close_match=_from_opt_bool(c[8]), reason=c[9], basis=c[10]) for c in comparison_rows)
+            close_match=_from_opt_bool(c[8]), reason=c[9], basis=c[10],
+            field=c[11] if len(c) > 11 else None, choice=c[12] if len(c) > 12 else None)
+            for c in comparison_rows)
         meta = RequestMeta(endpoint=endpoint, stream=bool(stream), deterministic=bool(det),
                            prompt_sha256=sha, prompt_chars=chars, max_tokens=max_tokens, n=n,
                            logprobs_k=logprobs_k)

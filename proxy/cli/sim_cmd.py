@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run a simulated vLLM (OpenAI API, deterministic tokens, injectable faults)",
         description=(
             "A simulated vLLM OpenAI-compatible server for demos, tests and benchmarks: "
-            "/v1/completions and /v1/chat/completions (streaming or not), /health, /version, "
+            "/v1/completions, /v1/chat/completions (tools, tool_choice, response_format) and "
+            "/v1/responses (streaming or not), /health, /version, "
             "/v1/models, /tokenize, /detokenize, /metrics. Deterministic requests "
             "(temperature 0 or a seed) get tokens derived from the prompt hash."
         ),
@@ -70,6 +71,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for flag, text in rates:
         add(flag, type=float, default=0.0, metavar="F", help=text)
     add("--seed", type=int, default=0, help="seed of faults, divergence and sampling")
+    # Structured answers (proxy.sim.agentic).
+    add("--reasoning", action="store_true",
+        help="answer chat and Responses-API requests with a reasoning part before the content")
+    add("--diverge-field", default=None, metavar="FIELD",
+        help="make every deterministic answer differ in one field only: content (the "
+             "tokens of every choice), choice:N (choice N's tokens), tool_arguments, reasoning")
     parser.set_defaults(func=_run)
 
 

@@ -21,6 +21,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from proxy.compare.answer import (
+    Answer,
+    AnswerKind,
+    ChoiceAnswer,
+    ChoiceBuilder,
+    response_output_tokens,
+    responses_answer,
+)
 from proxy.compare.sse import DONE, SSEDecoder
 from proxy.compare.types import Capture, Role
 
@@ -54,6 +62,7 @@ class CaptureBuilder:
         "_decoder",
         "_done",
         "_error",
+        "_extras",
         "_finish_reason",
         "_is_chat",
         "_itl",
@@ -61,6 +70,8 @@ class CaptureBuilder:
         "_pieces",
         "_raw",
         "_raw_t",
+        "_response",
+        "_stop_reason",
         "_t_first",
         "_t_last",
         "_t_recv",
@@ -88,6 +99,9 @@ class CaptureBuilder:
         self._chars = 0
         self._logprobs: list[Any] = []
         self._finish_reason: str | None = None
+        self._stop_reason: str | None = None
+        self._extras: dict[int, ChoiceBuilder] | None = None  # choice -> what is not content
+        self._response: dict[str, Any] | None = None  # a Responses-API answer's final object
         self._usage_tokens: int | None = None
         self._t_first: float | None = None
         self._t_last = 0.0
@@ -154,6 +168,10 @@ class CaptureBuilder:
             # vLLM ends every stream with [DONE]; without it the stream was cut or not SSE.
             err = "truncated" if self.events else "invalid_sse"
         top, sampled = _flatten_logprobs(self._logprobs, self._is_chat)
+        text = "".join(self._pieces)
+        answer = self._answer(text) if err is None else None
+        if answer is not None and answer.kind == "responses" and not text:
+            text = answer.choices[0].content
         ids = tuple(self._token_ids) if self._token_ids else None
         output_tokens = self._usage_tokens
         if output_tokens is None and ids is not None:
@@ -169,14 +187,41 @@ class CaptureBuilder:
             e2e_s=e2e,
             output_tokens=output_tokens,
             finish_reason=self._finish_reason,
-            text="".join(self._pieces),
+            text=text,
             token_ids=ids,
             top_logprobs=top,
             sampled_tokens=sampled,
             token_char_ends=tuple(self._char_ends) if ids is not None and self._decoder else None,
             error=err,
             cancelled=cancelled,
+            answer=answer,
         )
+
+    def _answer(self, text: str) -> Answer:
+        """Every choice and field the client received (see proxy.compare.answer)."""
+        if self._response is not None:
+            return responses_answer(self._response)
+        kind: AnswerKind = "chat" if self._is_chat else "completions"
+        extras = self._extras
+        if extras is None:  # choice 0's content only: what nearly every answer is
+            return Answer(kind, (ChoiceAnswer(0, text, "", "", (), self._finish_reason,
+                                              self._stop_reason),))
+        first = extras.get(0) or ChoiceBuilder()
+        first.finish_reason, first.stop_reason = self._finish_reason, self._stop_reason
+        choices = [first.build(0, text)]
+        choices += (extras[i].build(i) for i in sorted(extras) if i != 0)
+        return Answer(kind, tuple(choices))
+
+    def _extra(self, index: Any) -> ChoiceBuilder:
+        """The builder of what choice `index` carries beyond choice 0's content."""
+        extras = self._extras
+        if extras is None:
+            extras = self._extras = {}
+        key = index if type(index) is int else 0
+        builder = extras.get(key)
+        if builder is None:
+            builder = extras[key] = ChoiceBuilder()
+        return builder
 
     def _parse_pending(self) -> None:
         """Parse the held events in arrival order, stopping at the first error."""
@@ -212,7 +257,10 @@ class CaptureBuilder:
                 else:
                     self._itl.append(t - self._t_last)
                 self._t_last = t
-        elif "error" in obj or obj.get("object") == "error":
+        elif type(obj.get("type")) is str and obj["type"].startswith("response."):
+            self._on_response_event(obj, t)
+            return
+        elif "error" in obj or obj.get("object") == "error" or obj.get("type") == "error":
             self._error = "stream_error"
             logger.debug("%s sent a mid-stream error event", self.backend)
             return
@@ -221,6 +269,29 @@ class CaptureBuilder:
             tokens = usage.get("completion_tokens")
             if type(tokens) is int:
                 self._usage_tokens = tokens
+
+    def _on_response_event(self, obj: dict[str, Any], t: float) -> None:
+        """A Responses-API stream event: output deltas time it, the terminal one ends it."""
+        kind = obj["type"]
+        if kind.endswith(".delta"):
+            if kind == "response.output_text.delta":
+                piece = obj.get("delta")
+                if piece and type(piece) is str:
+                    self._pieces.append(piece)
+                    self._chars += len(piece)
+            if self._t_first is None:
+                self._t_first = t
+            else:
+                self._itl.append(t - self._t_last)
+            self._t_last = t
+        elif kind in _RESPONSE_ENDS:
+            self._done = True
+            response = obj.get("response")
+            if type(response) is dict:
+                self._response = response
+                self._usage_tokens = response_output_tokens(response)
+            if kind == "response.failed":
+                self._error = "stream_error"
 
     def _absorb_choices(self, choices: Any) -> bool:
         """Record choice 0's delta; True when any choice carries output."""
@@ -249,8 +320,10 @@ class CaptureBuilder:
                 self._error = "invalid_sse"
                 return False
             piece = delta.get("content")
-            has_output = bool(piece or delta.get("reasoning_content") or delta.get("reasoning")
-                              or delta.get("tool_calls"))
+            if piece and len(delta) == 1:
+                has_output = True
+            else:  # not a plain content delta: look further
+                has_output = self._delta_parts(choice, delta, piece)
         if piece and type(piece) is not str:
             self._error = "invalid_sse"
             return False
@@ -261,6 +334,10 @@ class CaptureBuilder:
                 return False
             has_output = True
         if choice.get("index", 0) != 0:
+            extra = self._extra(choice.get("index"))
+            if piece:
+                extra.content.append(piece)
+            extra.ending(choice)
             return has_output
         if piece:
             self._pieces.append(piece)
@@ -274,25 +351,45 @@ class CaptureBuilder:
         reason = choice.get("finish_reason")
         if type(reason) is str:
             self._finish_reason = reason
+            stop = choice.get("stop_reason")
+            self._stop_reason = None if stop is None else str(stop)
         return has_output
+
+    def _delta_parts(self, choice: dict[str, Any], delta: dict[str, Any], piece: Any) -> bool:
+        """A delta that may carry more than content: its other parts go to the choice's
+        builder; True when it carries output."""
+        if (delta.get("reasoning_content") or delta.get("reasoning")
+                or delta.get("tool_calls") or delta.get("refusal")):
+            self._extra(choice.get("index", 0)).delta(delta)
+            return True
+        return bool(piece)
 
     def _on_full_body(self, body: bytes, t: float) -> None:
         try:
             obj = _loads(body)
-            choice = obj["choices"][0]
-        except (ValueError, KeyError, IndexError, TypeError):
+        except ValueError:
+            obj = None
+        if type(obj) is dict and obj.get("object") == "response":
+            self._response = obj  # the Responses API, unstreamed
+            self._usage_tokens = response_output_tokens(obj)
+            self._t_first = t
+            return
+        choices = obj.get("choices") if type(obj) is dict else None
+        if type(choices) is not list or not choices:
             self._error = "invalid_json"
             return
-        if not isinstance(choice, dict):
-            self._error = "invalid_json"
-            return
-        message = choice.get("message")
-        if isinstance(message, dict):
-            self._is_chat = True
-            as_delta = {**choice, "delta": message}
-            del as_delta["message"]
-            choice = as_delta
-        if self._absorb_choices([choice]) or choice.get("finish_reason") is not None:
+        as_deltas = []
+        for choice in choices:
+            if type(choice) is not dict:
+                self._error = "invalid_json"
+                return
+            message = choice.get("message")
+            if type(message) is dict:  # chat: read the message as one delta
+                self._is_chat = True
+                choice = {**choice, "delta": message}
+                del choice["message"]
+            as_deltas.append(choice)
+        if self._absorb_choices(as_deltas) or as_deltas[0].get("finish_reason") is not None:
             self._t_first = t
         usage = obj.get("usage")
         if isinstance(usage, dict) and type(usage.get("completion_tokens")) is int:
@@ -300,6 +397,7 @@ class CaptureBuilder:
 
 
 _DONE_BYTES = DONE.encode()
+_RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _INVALID = object()  # an event that is not one JSON value
 
 

@@ -15,8 +15,12 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
+__all__ = ["close_match", "compare", "first_divergence", "main_field"]
+
 from rapidfuzz.distance import Levenshtein
 
+from proxy.compare.fields import FieldDiff, compare_answers
+from proxy.compare.fields import first_difference as first_divergence
 from proxy.compare.types import Capture, Comparison, RequestMeta, Role
 
 
@@ -48,11 +52,15 @@ def compare(primary: Capture, other: Capture, meta: RequestMeta, against: Role) 
         reasons.append(f"first divergence at {unit} {divergence}")
         if close is not None:
             reasons.append("close by vLLM's top-k rule" if close else "not within top-k")
-    if not finish_match:
+    fields = _field_diffs(primary, other, basis)
+    if not finish_match and not any(d.field == "finish_reason" for d in fields):
         reasons.append(f"finish reason {primary.finish_reason!r} vs {other.finish_reason!r}")
+    reasons += [d.detail if d.choice == 0 else f"choice {d.choice}: {d.detail}"
+                for d in fields]
+    first = _first_field(fields, exact, basis, primary)
     return Comparison(
         against=against,
-        outcome="match" if exact and finish_match else "diverged",
+        outcome="match" if exact and finish_match and not fields else "diverged",
         exact_match=exact,
         first_divergence=divergence,
         edit_distance=distance,
@@ -60,18 +68,40 @@ def compare(primary: Capture, other: Capture, meta: RequestMeta, against: Role) 
         finish_reason_match=finish_match,
         close_match=close,
         reason="; ".join(reasons),
-        basis=basis,
+        basis=first.basis if first is not None else basis,
+        field=first.field if first is not None else None,
+        choice=first.choice if first is not None else None,
     )
 
 
-def first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
-    """Index of the first differing element (the shorter length if one is a prefix), else None."""
-    if a == b:
-        return None
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
+def _field_diffs(primary: Capture, other: Capture, basis: str) -> list[FieldDiff]:
+    """The fields that differ as the client received them (proxy.compare.fields), plus
+    the sampled tokens of the logprobs where both sides have them."""
+    fields = []
+    if primary.answer is not None and other.answer is not None:
+        fields = compare_answers(primary.answer, other.answer)
+    if basis != "logprob_tokens" and primary.sampled_tokens is not None \
+            and other.sampled_tokens is not None:
+        at = first_divergence(primary.sampled_tokens, other.sampled_tokens)
+        if at is not None:
+            fields.append(FieldDiff("logprobs", 0, "logprob_tokens", at,
+                                    f"logprobs' sampled tokens differ at token {at}"))
+    return fields
+
+
+def _first_field(fields: list[FieldDiff], exact: bool, basis: str,
+                 primary: Capture) -> FieldDiff | None:
+    """The field that diverged first: a token divergence is choice 0's content unless an
+    earlier field (its reasoning) differs, or no field does (the ids alone differ)."""
+    if exact or (fields and fields[0].field not in ("content", "text")):
+        return fields[0] if fields else None
+    return FieldDiff(main_field(primary), 0, basis, None, "")
+
+
+def main_field(capture: Capture) -> str:
+    """The text field of choice 0 as the client names it."""
+    return "text" if capture.answer is not None and capture.answer.kind == "completions" \
+        else "content"
 
 
 def close_match(primary: Capture, other: Capture, index: int | None) -> bool | None:

@@ -22,7 +22,13 @@ VOLATILE_KEYS = frozenset({"stream", "stream_options", "user", "return_token_ids
 _PATH_ENDPOINTS: dict[str, Endpoint] = {
     "/v1/completions": "completions",
     "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
 }
+# Responses-API requests that depend on state the shadow does not have: not mirrored,
+# counted as shed under this reason (the key's bytes are looked for before parsing).
+STATEFUL_KEYS = (("previous_response_id", "responses_previous_response"),
+                 ("conversation", "responses_conversation"),
+                 ("background", "responses_background"))
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,21 @@ class PreparedRequest:
 def endpoint_for_path(path: str) -> Endpoint | None:
     """The mirrored endpoint served at `path`, or None for paths that are only relayed."""
     return _PATH_ENDPOINTS.get(path.rstrip("/") or path)
+
+
+def unmirrorable(body: bytes, endpoint: Endpoint) -> str | None:
+    """Why a Responses-API request must not be mirrored (it continues a stored response or
+    conversation, or runs in the background to be fetched later), else None. Cheap enough
+    for the client path: the body is parsed only when one of the keys occurs in it."""
+    if endpoint != "responses" or not any(key.encode() in body for key, _ in STATEFUL_KEYS):
+        return None
+    req = parse_body(body)
+    if req is None:
+        return None  # malformed: counted where it is parsed
+    for key, reason in STATEFUL_KEYS:
+        if req.get(key) not in (None, False, ""):
+            return reason
+    return None
 
 
 def parse_body(body: bytes | dict[str, Any]) -> dict[str, Any] | None:
@@ -81,7 +102,7 @@ def request_meta(body: bytes | dict[str, Any], endpoint: Endpoint) -> RequestMet
         prompt_sha256=prompt_sha256(req),
         prompt_chars=_prompt_chars(req, endpoint),
         max_tokens=_int_or_none(req.get("max_completion_tokens"))
-        or _int_or_none(req.get("max_tokens")),
+        or _int_or_none(req.get("max_tokens")) or _int_or_none(req.get("max_output_tokens")),
         n=n if type(n) is int and n > 0 else 1,
         logprobs_k=_logprobs_k(req, endpoint),
     )
@@ -117,7 +138,9 @@ def prepare(body: bytes, endpoint: Endpoint) -> PreparedRequest | None:
     if req is None:
         return None
     meta = request_meta(req, endpoint)
-    shadow = body if req.get("return_token_ids") is True else shadow_body(req)
+    # The Responses API has no return_token_ids: its ids come from /tokenize.
+    shadow = body if req.get("return_token_ids") is True or endpoint == "responses" \
+        else shadow_body(req)
     if meta is None or shadow is None:
         return None
     return PreparedRequest(meta=meta, shadow_body=shadow)
@@ -128,6 +151,8 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _logprobs_k(req: dict[str, Any], endpoint: Endpoint) -> int | None:
+    if endpoint == "responses":
+        return None
     logprobs = req.get("logprobs")
     if endpoint == "chat":
         if logprobs is not True:
@@ -141,6 +166,8 @@ def _prompt_chars(req: dict[str, Any], endpoint: Endpoint) -> int:
     """Characters of prompt text (token-id prompts count one per id)."""
     if endpoint == "completions":
         return _text_len(req.get("prompt"))
+    if endpoint == "responses":
+        return _text_len(req.get("input")) + _text_len(req.get("instructions"))
     total = 0
     messages = req.get("messages")
     if isinstance(messages, list):
@@ -156,7 +183,7 @@ def _text_len(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return 1
     if isinstance(value, dict):
-        return _text_len(value.get("text"))
+        return _text_len(value.get("text") if "text" in value else value.get("content"))
     if isinstance(value, list):
         return sum(_text_len(v) for v in value)
     return 0

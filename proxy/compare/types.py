@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from proxy.compare.answer import Answer
+
 Role = Literal["primary", "shadow", "baseline"]
-Endpoint = Literal["completions", "chat"]
+Endpoint = Literal["completions", "chat", "responses"]
 Outcome = Literal["match", "diverged", "not_comparable", "error"]
 
 
@@ -48,6 +50,7 @@ class Capture:
     token_char_ends: tuple[int, ...] | None = None  # per token id: len(text) once it arrived
     error: str | None = None  # "timeout", "connect", "reset", "invalid_sse", "http_5xx", ...
     cancelled: bool = False  # client went away, request aborted
+    answer: Answer | None = None  # every choice and field the client saw (memory only)
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,10 @@ class Comparison:
     finish_reason_match: bool | None
     close_match: bool | None  # vLLM rule: each token at first divergence in the other's top-k
     reason: str = ""  # why not comparable / what differed
-    basis: str = "token_ids"  # what was compared: "token_ids", "logprob_tokens" or "text"
+    basis: str = "token_ids"  # what decided: "token_ids", "logprob_tokens", "text",
+    # "tool_calls", "value" (finish/stop reason, status) or "choices" (their count)
+    field: str | None = None  # the field that diverged first (proxy.compare.fields)
+    choice: int | None = None  # the choice it diverged in
 
 
 @dataclass(frozen=True)

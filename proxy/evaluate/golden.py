@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.compare.answer import answer_from_json, answer_json
 from proxy.compare.types import Capture, Role
 from proxy.credentials import without_credentials
 from proxy.evaluate.client import Answer, EngineInfo
@@ -43,6 +44,8 @@ def capture_json(cap: Capture, store_text: bool) -> dict[str, Any]:
         "top_logprobs": cap.top_logprobs, "sampled_tokens": cap.sampled_tokens,
         "ttft_s": cap.ttft_s, "itl_s": cap.itl_s, "e2e_s": cap.e2e_s,
         "text": cap.text if store_text else None,
+        # Every field and choice, for the field comparison (text: only with --store-text).
+        "answer": answer_json(cap.answer) if store_text and cap.answer is not None else None,
     }
 
 
@@ -61,6 +64,7 @@ def capture_from_json(obj: dict[str, Any], role: Role, backend: str) -> Capture:
             {str(k): float(v) for k, v in (d or {}).items()} for d in top),
         sampled_tokens=None if sampled is None else tuple(str(s) for s in sampled),
         error=obj.get("error"),
+        answer=answer_from_json(obj.get("answer")),
     )
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from proxy.compare.request import endpoint_for_path
+from proxy.compare.request import endpoint_for_path, unmirrorable
 from proxy.compare.stats import mann_whitney
 from proxy.cutover.service import CUTOVER_KEY, CutoverService
 from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
@@ -103,7 +103,11 @@ async def _relay_request(request: web.Request) -> web.StreamResponse:
     if endpoint is not None:
         mirror = app[MIRROR_KEY]
         if mirror.wants(routes, request.headers):
-            exchange = mirror.start(routes, request.raw_path, headers, body, endpoint)
+            stateful = unmirrorable(body, endpoint)
+            if stateful is not None:
+                mirror.shed(routes, stateful)
+            else:
+                exchange = mirror.start(routes, request.raw_path, headers, body, endpoint)
     result = RelayResult()
     try:
         return await relay(request, primary, body, headers, result,

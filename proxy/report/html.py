@@ -30,13 +30,22 @@ svg .axes{fill:none;stroke:#999}.muted{color:#666;font-size:.9em}
 
 def _pair_row(label: str, pair: PairSummary | None) -> str:
     if pair is None:
-        return f"<tr><td>{escape(label)}</td><td colspan='7'>not measured (no --baseline)</td></tr>"
+        return f"<tr><td>{escape(label)}</td><td colspan='8'>not measured (no --baseline)</td></tr>"
     low, high = pair.match_rate_ci
     return (
         f"<tr><td>{escape(label)}</td><td>{pair.compared}</td><td>{pair.diverged}</td>"
         f"<td>{pair.close}</td><td>{pct(pair.match_rate)}</td><td>{pct(low)} .. {pct(high)}</td>"
-        f"<td>{pair.not_comparable + pair.errors}</td><td>{pair.sampled}</td></tr>"
+        f"<td>{pair.not_comparable + pair.errors}</td><td>{pair.sampled}</td>"
+        f"<td>{escape(_fields_text(pair))}</td></tr>"
     )
+
+
+def _fields_text(pair: PairSummary) -> str:
+    """"tool_calls 3, content 1 (1 in a choice after the first)" or "none"."""
+    text = ", ".join(f"{name} {n}" for name, n in pair.diverged_fields.items()) or "none"
+    if pair.diverged_later_choice:
+        text += f" ({pair.diverged_later_choice} in a choice after the first)"
+    return text
 
 
 def _latency_table(report: Report) -> str:
@@ -132,13 +141,14 @@ def render_html(report: Report, title: str = "vllm-cutover report") -> str:
             "95% CI",
             "not comparable / errors",
             "sampled",
+            "diverged first in (field)",
         )
     )
     return page(title, f"""<p class="muted">{report.samples} mirrored requests \
 ({report.deterministic} deterministic). Generated {generated_at()}. \
 {escape(versions_note(report))}.</p>
 {verdict_block(gate.verdict, gate.reasons)}
-<h2>Tokens (deterministic requests)</h2>
+<h2>Answers, field by field (deterministic requests)</h2>
 <table><tr>{pair_head}</tr>{_pair_row("new vs old", report.shadow)}
 {_pair_row("baseline vs old (noise)", report.baseline)}</table>
 <h2>Latency, old vs new</h2>

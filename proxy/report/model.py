@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.compare.gate import GateCriteria, GateInputs, Verdict, evaluate
@@ -48,6 +48,10 @@ class PairSummary:
     finish_mismatch: int
     match_rate: float | None
     match_rate_ci: tuple[float, float]  # Wilson 95% bounds of the match rate
+    # Diverged requests by the field that diverged first; by endpoint, those compared.
+    diverged_fields: Mapping[str, int] = field(default_factory=dict)
+    compared_endpoints: Mapping[str, int] = field(default_factory=dict)
+    diverged_later_choice: int = 0  # first divergence in a choice after the first (n > 1)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +66,9 @@ class PairSummary:
             "finish_reason_mismatches": self.finish_mismatch,
             "first_divergence": sorted(self.first_divergence),
             "mean_edit_distance": _mean(self.edit_distance),
+            "diverged_fields": dict(self.diverged_fields),
+            "diverged_later_choice": self.diverged_later_choice,
+            "compared_endpoints": dict(self.compared_endpoints),
         }
 
 
@@ -127,6 +134,9 @@ def _mean(values: Sequence[int]) -> float | None:
 
 def _pair(against: str, pairs: Sequence[tuple[ExchangeRecord, Comparison]]) -> PairSummary:
     compared = diverged = close = not_comparable = errors = sampled = finish_mismatch = 0
+    later = 0
+    fields: Counter[str] = Counter()
+    endpoints: Counter[str] = Counter()
     first: list[int] = []
     edits: list[int] = []
     deltas: list[int] = []
@@ -145,10 +155,13 @@ def _pair(against: str, pairs: Sequence[tuple[ExchangeRecord, Comparison]]) -> P
             not_comparable += 1
             continue
         compared += 1
+        endpoints[record.meta.endpoint] += 1
         if comp.edit_distance is not None:
             edits.append(comp.edit_distance)
         if comp.outcome == "diverged":
             diverged += 1
+            fields[comp.field or "unknown"] += 1
+            later += bool(comp.choice)
             close += bool(comp.close_match)
             if comp.first_divergence is not None:
                 first.append(comp.first_divergence)
@@ -166,6 +179,9 @@ def _pair(against: str, pairs: Sequence[tuple[ExchangeRecord, Comparison]]) -> P
         finish_mismatch=finish_mismatch,
         match_rate=(compared - diverged) / compared if compared else None,
         match_rate_ci=wilson_interval(compared - diverged, compared),
+        diverged_fields=dict(fields.most_common()),
+        compared_endpoints=dict(endpoints.most_common()),
+        diverged_later_choice=later,
     )
 
 
@@ -284,6 +300,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "samples": report.samples,
         "deterministic": report.deterministic,
         "shadow": report.shadow.as_json(),
+        "diverged_fields": dict(report.shadow.diverged_fields),
         "latency": {
             row.metric: {
                 "old": _summary_json(row.old),

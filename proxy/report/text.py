@@ -38,6 +38,11 @@ def pair_line(pair: PairSummary) -> str:
         f" (within top-k: {pair.close}), match rate {pct(pair.match_rate)}"
         f" [95% CI {pct(low)} .. {pct(high)}]"
     )
+    if pair.diverged_fields:
+        line += "; diverged first in " + ", ".join(
+            f"{name} {n}" for name, n in pair.diverged_fields.items())
+        if pair.diverged_later_choice:
+            line += f" ({pair.diverged_later_choice} in a choice after the first)"
     if pair.first_divergence:
         first = sorted(pair.first_divergence)
         line += (
@@ -83,7 +88,8 @@ def render_text(report: Report) -> str:
                      f"({admission.coverage:.1%}); shed {admission.shed_total}{shed}")
     lines += ["", f"VERDICT: {gate.verdict.upper()}"]
     lines += [f"  - {reason}" for reason in gate.reasons] or ["  (no reasons given)"]
-    lines += ["", "Tokens, deterministic requests (temperature 0 or seeded):"]
+    lines += ["", ("Answers, deterministic requests (temperature 0 or seeded), every field "
+                   "and choice:")]
     lines.append(f"  new vs old:       {pair_line(report.shadow)}")
     if report.baseline is not None:
         lines.append(f"  baseline (noise): {pair_line(report.baseline)}")

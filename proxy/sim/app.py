@@ -11,6 +11,7 @@ import random
 from aiohttp import web
 
 from proxy.sim import info
+from proxy.sim.agentic import responses_handler
 from proxy.sim.completions import generation_handler
 from proxy.sim.config import SimConfig
 from proxy.sim.state import SIM_STATE, SimState
@@ -26,6 +27,7 @@ def make_sim_app(config: SimConfig | None = None) -> web.Application:
     app[SIM_STATE] = SimState(config=config, vocab=build_vocab(), rng=random.Random(config.seed))
     app.router.add_post("/v1/completions", generation_handler("completions"))
     app.router.add_post("/v1/chat/completions", generation_handler("chat"))
+    app.router.add_post("/v1/responses", responses_handler)
     app.router.add_get("/health", info.health)
     app.router.add_get("/ping", info.health)
     app.router.add_post("/ping", info.health)

@@ -7,7 +7,6 @@ do not drift; faults are drawn per request from the app's seeded PRNG.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -15,10 +14,19 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from proxy.sim.agentic import generations, structured_chat
 from proxy.sim.render import DONE, ChunkEncoder, full_response
-from proxy.sim.request import Endpoint, RequestError, SamplingSpec, parse_request
-from proxy.sim.state import SIM_STATE, Fault, SimState, error_response, json_response
-from proxy.sim.tokens import Generation, generate
+from proxy.sim.request import Endpoint, RequestError, SamplingSpec
+from proxy.sim.state import (
+    SIM_STATE,
+    Fault,
+    SimState,
+    error_response,
+    json_response,
+    read_spec,
+)
+from proxy.sim.structured import parse_extras
+from proxy.sim.tokens import Generation
 
 # With no inter-token delay, events are written in batches of this many bytes.
 _BATCH_BYTES = 16384
@@ -45,29 +53,26 @@ def _abort_connection(request: web.Request) -> None:
 async def _generation(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
     state = request.app[SIM_STATE]
     config = state.config
-    try:
-        body = json.loads(await request.read())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return error_response(400, f"Invalid JSON body: {exc}", "BadRequestError")
-    try:
-        spec = parse_request(endpoint, body, state.vocab, config.max_model_len)
-    except RequestError as exc:
-        return error_response(exc.status, exc.message, exc.error_type, exc.param)
-    if spec.model is not None and spec.model != config.model_name:
-        return error_response(
-            404, f"The model `{spec.model}` does not exist.", "NotFoundError", "model"
-        )
+    parsed = await read_spec(request, endpoint)
+    if isinstance(parsed, web.Response):
+        return parsed
+    body, spec = parsed
     fault = state.draw_fault()
     if fault == "error":
         state.stats.injected["error"] += 1
         return error_response(
             500, "simulated engine failure (injected by --error-rate)", "InternalServerError"
         )
-    nonce = state.rng.getrandbits(64)
-    gens = [generate(state.vocab, config, spec, i, nonce) for i in range(spec.n)]
-    state.stats.injected["divergence"] += sum(g.diverged_at is not None for g in gens)
+    gens = generations(state, spec)
     prefix = "chatcmpl-" if endpoint == "chat" else "cmpl-"
     request_id = prefix + uuid.uuid4().hex
+    if endpoint == "chat":  # tools, response_format, --reasoning: proxy.sim.agentic
+        try:
+            extras = parse_extras(body, config.reasoning)
+        except RequestError as exc:
+            return error_response(exc.status, exc.message, exc.error_type, exc.param)
+        if not extras.plain:
+            return await structured_chat(request, state, spec, extras, gens, request_id)
     state.stats.running += 1
     state.stats.prompt_tokens += len(spec.prompt_ids)
     started = time.perf_counter()

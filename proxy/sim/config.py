@@ -30,8 +30,14 @@ class SimConfig:
     reset_rate: float = 0.0  # connection dropped mid-answer
     garbage_rate: float = 0.0  # invalid SSE / JSON mid-answer
     seed: int = 0
+    # Structured answers (proxy.sim.agentic): a reasoning part before the content, and the
+    # one field a deterministic answer differs in ("content", "choice:N", "tool_arguments",
+    # "reasoning"; None: none).
+    reasoning: bool = False
+    diverge_field: str | None = None
 
     def __post_init__(self) -> None:
+        self._check_diverge_field()
         for name in ("divergence_rate", "error_rate", "reset_rate", "garbage_rate", "jitter"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -52,3 +58,16 @@ class SimConfig:
             raise SimConfigError(f"port must be 0..65535, got {self.port!r}")
         if self.max_model_len < 2:
             raise SimConfigError(f"max_model_len must be >= 2, got {self.max_model_len!r}")
+
+    def _check_diverge_field(self) -> None:
+        field = self.diverge_field
+        if field is None or field in DIVERGE_FIELDS:
+            return
+        number = field.removeprefix("choice:")
+        if field.startswith("choice:") and number.isdigit():
+            return
+        raise SimConfigError(f"diverge_field must be one of {', '.join(DIVERGE_FIELDS)} or "
+                             f"choice:N, got {field!r}")
+
+
+DIVERGE_FIELDS = ("content", "tool_arguments", "reasoning")

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from aiohttp import web
 
 from proxy.sim.config import SimConfig
 from proxy.sim.metrics import SimStats
 from proxy.sim.render import error_body
+from proxy.sim.request import Endpoint, RequestError, SamplingSpec, parse_request
 from proxy.sim.vocab import Vocab
 
 Fault = Literal["error", "reset", "garbage"]
@@ -65,3 +67,25 @@ def error_response(
     status: int, message: str, error_type: str, param: str | None = None
 ) -> web.Response:
     return json_response(error_body(status, message, error_type, param), status)
+
+
+async def read_spec(
+    request: web.Request, endpoint: Endpoint, as_chat: Callable[[Any], Any] | None = None
+) -> tuple[Any, SamplingSpec] | web.Response:
+    """The JSON body and what it asks for, or the error vLLM answers (400, or 404 for
+    another model). `as_chat` turns another API's body into a chat request first."""
+    state = request.app[SIM_STATE]
+    try:
+        body = json.loads(await request.read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return error_response(400, f"Invalid JSON body: {exc}", "BadRequestError")
+    try:
+        wanted = as_chat(body) if as_chat is not None else body
+        spec = parse_request(endpoint, wanted, state.vocab, state.config.max_model_len)
+    except RequestError as exc:
+        return error_response(exc.status, exc.message, exc.error_type, exc.param)
+    if spec.model is not None and spec.model != state.config.model_name:
+        return error_response(
+            404, f"The model `{spec.model}` does not exist.", "NotFoundError", "model"
+        )
+    return body, spec

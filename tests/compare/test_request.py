@@ -11,6 +11,7 @@ from proxy.compare.request import (
     prompt_sha256,
     request_meta,
     shadow_body,
+    unmirrorable,
 )
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "héllo"},
@@ -88,3 +89,23 @@ def test_endpoint_for_path(path: str, endpoint: str | None) -> None:
 def test_max_tokens(req: dict[str, object], expected: int | None) -> None:
     meta = request_meta(req, "chat")
     assert meta is not None and meta.max_tokens == expected
+
+
+def test_responses_api_is_mirrored_unless_it_needs_server_state() -> None:
+    assert endpoint_for_path("/v1/responses") == "responses"
+    body = json.dumps({"input": [{"role": "user", "content": "hi"}], "temperature": 0,
+                       "max_output_tokens": 9, "store": True}).encode()
+    assert unmirrorable(body, "responses") is None  # store alone: mirrored (see README)
+    prepared = prepare(body, "responses")
+    assert prepared is not None and prepared.shadow_body == body  # no return_token_ids there
+    assert (prepared.meta.endpoint, prepared.meta.max_tokens, prepared.meta.prompt_chars) == (
+        "responses", 9, 2)
+    for key, value, reason in (("previous_response_id", "resp_1", "responses_previous_response"),
+                               ("background", True, "responses_background"),
+                               ("conversation", "conv_1", "responses_conversation")):
+        stateful = json.dumps({"input": "x", key: value}).encode()
+        assert unmirrorable(stateful, "responses") == reason
+        assert unmirrorable(stateful, "chat") is None
+    assert unmirrorable(json.dumps({"input": "x", "background": False}).encode(),
+                        "responses") is None
+    assert unmirrorable(b'{"input": "background"', "responses") is None  # malformed: later

@@ -63,8 +63,12 @@ async def test_divergence_found_and_client_ids_used(backend, proxy, make_config,
     await resp.read()
     (record,) = await _records(client, settle)
     assert record.extra["token_ids_source"] == "client"
-    # The fake's ids are positional, so the text differs but the ids do not: like with like.
-    assert record.comparisons[0].outcome == "match"
+    # The fake's ids are positional, so the ids match but the text the client reads does
+    # not: the answer diverged, in its text, on the text's own basis.
+    comparison = record.comparisons[0]
+    assert comparison.exact_match is True
+    assert (comparison.outcome, comparison.field, comparison.basis) == (
+        "diverged", "text", "text")
     resp = await client.post("/v1/completions", json={**GREEDY, "stream": True})
     await resp.read()
     records = await _records(client, settle)
@@ -74,7 +78,7 @@ async def test_divergence_found_and_client_ids_used(backend, proxy, make_config,
     assert comparison.first_divergence == len("Hello ")  # one id per character
     assert primary.tokenized == 2  # both texts, through the primary (keep-alive pool)
     metrics: ProxyMetrics = client.app[METRICS_KEY]
-    assert metrics.comparisons.labels("shadow", "diverged", "true")._value.get() == 1
+    assert metrics.comparisons.labels("shadow", "diverged", "true")._value.get() == 2  # both requests
 
 
 @pytest.mark.parametrize(("mode", "error"), [("dead", "connect"), ("reset", "reset"),
