@@ -188,3 +188,10 @@ def test_the_real_parser_decides_on_a_newer_release(tmp_path: Path, vllm_python:
     assert "nvfp4_gemm_tiles Unexpected keyword argument" in error  # vLLM's own message
     assert "--fp4-gemm-backend cutlass -> --kernel-config" in error  # what was tried
     assert not ran.exists()
+    # vLLM's environment validation decides too: a variable this release does not read.
+    strict_env = _launch([*common, *model, "--fail-on-environ-validation"],
+                         {**env, "VLLM_FP4_FUTURE_KNOB": "1"})
+    assert strict_env.returncode == 2, strict_env.stderr
+    assert "Unknown vLLM environment variable detected: VLLM_FP4_FUTURE_KNOB" in \
+        strict_env.stderr.splitlines()[-1]
+    assert not ran.exists()
