@@ -7,10 +7,12 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from proxy.launcher.releases import TABLES_TEXT
+
 if TYPE_CHECKING:
     from proxy.launcher.config import LaunchConfig
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Start vLLM with a command written for another vLLM version. The FP4 kernel settings in it
 (--fp4-gemm-backend, --quantization nvfp4, --moe-runner-backend, VLLM_NVFP4_GEMM_BACKEND,
 VLLM_USE_TRTLLM_FP4_GEMM, VLLM_USE_FBGEMM, VLLM_USE_NVFP4_CT_EMULATIONS,
@@ -19,7 +21,7 @@ YAML) are translated for the vLLM version that will run, each change is explaine
 stderr, the GPU and FlashInfer are checked, the final arguments are checked against vLLM's
 own parser, then vLLM is exec'd (same PID: signals go straight to vLLM).
 
-The tables know vLLM 0.10.0 .. 0.33.x; any other release still starts. A command with
+The tables know vLLM {TABLES_TEXT}; any other release still starts. A command with
 nothing the tables match runs unchanged (one stderr line says the version is outside
 them). On a newer release the settings get the newest known forms and the installed
 vLLM's own parser decides: accepted, vLLM starts with a warning; rejected, exit 2 with

@@ -14,7 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_TARGET = "0.33"
+from proxy.launcher.releases import NEWEST
+
+DEFAULT_TARGET = f"{NEWEST.major}.{NEWEST.minor}"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,8 +5,8 @@ Three small tables, read together by `proxy.launcher.translate` and `proxy.launc
   vLLM versions vLLM honours it, and which backend it asks for (the *intent*).
 - MECHANISMS: how a backend is selected in a given vLLM version, in order of preference.
 - CHOICES: which backend each policy picks per GPU family, and for which asked backends.
-Facts come from the shared VLLM_FP4_FACTS notes (vLLM 0.10.0 .. 0.33.x) and vLLM 0.32's
-sources (its NVFP4 MoE backend oracle, for the FlashInfer opt-out).
+Facts come from the shared VLLM_FP4_FACTS notes (the releases `proxy.launcher.releases`
+names) and vLLM 0.32's sources (its NVFP4 MoE backend oracle, for the FlashInfer opt-out).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def test_the_newest_release_has_its_facts() -> None:
     assert coverage(Version("0.9.9")) == "older" and coverage(releases.OLDEST) == "known"
 
 
-def test_no_rule_range_ends_inside_the_tables_unannounced() -> None:
+def test_no_rule_range_ends_past_the_newest_release() -> None:
     """Every source or mechanism that stops being read stops at a release the tables know:
     a range ending past NEWEST would be a guess about a release nobody read."""
     upper_bounds = [Version(spec.version) for row in (*rules.SOURCES, *rules.MECHANISMS)
