@@ -74,7 +74,7 @@ def planned_for(version: Version) -> Version:
 
 
 def outside_text(version: Version) -> str:
-    """`vLLM 0.34.0 is newer than the launcher's tables (0.10.0 .. 0.33.x)` and the like."""
+    """`vLLM 0.35.0 is newer than the launcher's tables (0.10.0 .. 0.34.x)` and the like."""
     side = "newer" if coverage(version) == "newer" else "older"
     return f"vLLM {version} is {side} than the launcher's tables ({TABLES_TEXT})"
 

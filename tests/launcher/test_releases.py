@@ -49,9 +49,10 @@ def test_the_newest_release_has_its_facts() -> None:
 
 
 def test_no_rule_range_ends_past_the_newest_release() -> None:
-    """Every source or mechanism that stops being read stops at a release the tables know:
+    """Every source, mechanism or choice that stops applying stops at a release the tables know:
     a range ending past NEWEST would be a guess about a release nobody read."""
-    upper_bounds = [Version(spec.version) for row in (*rules.SOURCES, *rules.MECHANISMS)
+    rows = (*rules.SOURCES, *rules.MECHANISMS, *rules.CHOICES)
+    upper_bounds = [Version(spec.version) for row in rows
                     for spec in (getattr(row, "accepted", None) or row.versions)
                     if spec.operator == "<"]
     assert upper_bounds

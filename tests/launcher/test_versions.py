@@ -31,21 +31,22 @@ def test_dev_build_counts_as_its_release() -> None:
     assert not in_range(version, SpecifierSet("<0.16"))
 
 
-@pytest.mark.parametrize("text", ["0.10.0", "0.33.9", "0.24.0rc1", "0.32.0+cpu"])
+@pytest.mark.parametrize("text", ["0.10.0", "0.33.9", "0.34.2", "0.24.0rc1", "0.32.0+cpu"])
 def test_supported(text: str) -> None:
     check_supported(parse_version(text))
 
 
-@pytest.mark.parametrize("text", ["0.9.2", "0.34.0", "1.0.0"])
+@pytest.mark.parametrize("text", ["0.9.2", "0.35.0", "1.0.0"])
 def test_strict_refusal_names_the_range(text: str) -> None:
-    with pytest.raises(VersionError, match=r"0\.10\.0 \.\. 0\.33\.x\) and --strict-versions"):
+    with pytest.raises(VersionError, match=r"0\.10\.0 \.\. 0\.34\.x\) and --strict-versions"):
         check_supported(parse_version(text))
 
 
 @pytest.mark.parametrize(("text", "where", "planned"), [
     ("0.10.0", "known", "0.10.0"), ("0.33.9", "known", "0.33.9"),
-    ("0.34.0rc1.dev5+gabc", "newer", "0.33.0"), ("0.34.0", "newer", "0.33.0"),
-    ("1.0.0", "newer", "0.33.0"), ("0.9.2", "older", "0.9.2"), ("0.10.0rc1", "known", "0.10.0"),
+    ("0.34.0", "known", "0.34.0"), ("0.34.1", "known", "0.34.1"),
+    ("0.35.0rc1.dev5+gabc", "newer", "0.34.0"), ("0.35.0", "newer", "0.34.0"),
+    ("1.0.0", "newer", "0.34.0"), ("0.9.2", "older", "0.9.2"), ("0.10.0rc1", "known", "0.10.0"),
 ])
 def test_coverage_and_the_release_planned_for(text: str, where: str, planned: str) -> None:
     version = parse_version(text)
