@@ -7,17 +7,26 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from proxy.launcher.releases import TABLES_TEXT
+
 if TYPE_CHECKING:
     from proxy.launcher.config import LaunchConfig
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Start vLLM with a command written for another vLLM version. The FP4 kernel settings in it
 (--fp4-gemm-backend, --quantization nvfp4, --moe-runner-backend, VLLM_NVFP4_GEMM_BACKEND,
 VLLM_USE_TRTLLM_FP4_GEMM, VLLM_USE_FBGEMM, VLLM_USE_NVFP4_CT_EMULATIONS,
 VLLM_USE_FLASHINFER_MOE_FP4/VLLM_FLASHINFER_MOE_BACKEND, and the same keys in a --config
-YAML) are translated for the vLLM version that will run (0.10.0 .. 0.33.x), each change is
-explained on stderr, the GPU and FlashInfer are checked, the final arguments are checked
-against vLLM's own parser, then vLLM is exec'd (same PID: signals go straight to vLLM).
+YAML) are translated for the vLLM version that will run, each change is explained on
+stderr, the GPU and FlashInfer are checked, the final arguments are checked against vLLM's
+own parser, then vLLM is exec'd (same PID: signals go straight to vLLM).
+
+The tables know vLLM {TABLES_TEXT}; any other release still starts. A command with
+nothing the tables match runs unchanged (one stderr line says the version is outside
+them). On a newer release the settings get the newest known forms and the installed
+vLLM's own parser decides: accepted, vLLM starts with a warning; rejected, exit 2 with
+vLLM's message. An older release is placed by the tables' ranges (what they cannot place
+is a manual edit). --strict-versions refuses every release outside the tables instead.
 
 COMMAND is `vllm serve MODEL ...`, `python -m vllm.entrypoints.openai.api_server ...`, or
 bare vLLM arguments (an image ENTRYPOINT of `vllm-cutover launch --`), which run
@@ -34,8 +43,8 @@ only (--linear-backend would apply to every quantized linear layer). A new-style
 already in the command wins over a translated old one. Settings the target version accepts
 as written are left alone, whatever the policy.
 
-exit codes: 0 dry run done; 2 bad input (entry form, values, config file, version) or
-arguments vLLM's parser rejects; 3 preflight found that the chosen kernel cannot work here;
+exit codes: 0 dry run done; 2 bad input (entry form, values, config file, version; with
+--strict-versions a release outside the tables) or arguments vLLM's parser rejects; 3 preflight found that the chosen kernel cannot work here;
 127 the vLLM program cannot be run. Otherwise the exit code is vLLM's own.
 
 example:
@@ -71,6 +80,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="skip the GPU/FlashInfer checks (and capability detection)")
     parser.add_argument("--no-validate", action="store_true",
                         help="do not check the final arguments with vLLM's own parser")
+    parser.add_argument("--strict-versions", action="store_true",
+                        help="refuse a vLLM release outside the tables (0.10.0 .. the newest "
+                        "known) instead of running it")
     parser.add_argument("--report-json", metavar="PATH", help="write the plan and checks as JSON")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the final command and env, report the preflight, do not exec")
@@ -109,4 +121,5 @@ def _config(args: argparse.Namespace) -> LaunchConfig:
         exec_prefix=read_exec_prefix(args.exec_prefix), config_out=args.config_out,
         self_test=args.self_test, preflight=not args.no_preflight,
         validate=not args.no_validate, report_json=args.report_json, dry_run=args.dry_run,
+        strict_versions=args.strict_versions,
     )

@@ -1,7 +1,8 @@
 """`vllm-cutover scan PATH... [--target-version V] [--fix] [--json]`.
 
 Finds deprecated vLLM FP4 flags, env vars and config keys in deployment files and
-prints the fix for the target version. Exit codes: 0 nothing found (or everything
+prints the fix for the target version (any release: one outside the launcher's tables is
+handled as `launch` handles it). Exit codes: 0 nothing found (or everything
 fixed with --fix), 1 findings remain, 2 bad input (missing path, bad option value) or a
 file it could not read (unless --allow-skipped).
 """
@@ -13,7 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_TARGET = "0.33"
+from proxy.launcher.releases import NEWEST
+
+DEFAULT_TARGET = f"{NEWEST.major}.{NEWEST.minor}"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     parser.add_argument("--target-version", default=DEFAULT_TARGET, metavar="V",
                         help="vLLM version to upgrade to (default: %(default)s)")
+    parser.add_argument("--strict-versions", action="store_true",
+                        help="refuse a target outside the launcher's tables (exit 2) instead "
+                             "of giving the newest known forms (default: off)")
     parser.add_argument("--policy", choices=("migrate", "preserve"), default="migrate",
                         help="migrate: follow the upgrade guide; preserve: nearest "
                              "equivalent of the old setting (default: %(default)s)")
@@ -57,9 +63,22 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _outside(target: str, found: bool) -> str:
+    """The line for a target outside the tables, with or without findings."""
+    from proxy.launcher.outside import placed_by_ranges, translated_forward, unchanged
+    from proxy.launcher.versions import coverage, parse_version
+
+    if not found:
+        return unchanged(target, "so nothing needs a change")
+    if coverage(parse_version(target)) == "older":
+        return placed_by_ranges(target)
+    return translated_forward(target, f"at start the launcher asks vLLM {target}'s own parser "
+                              "about them (exit 2 if it rejects them)")
+
+
 def _run(args: argparse.Namespace) -> int:
     from proxy.launcher.capabilities import parse_capability
-    from proxy.launcher.versions import check_supported, parse_version
+    from proxy.launcher.versions import check_supported, coverage, parse_version, release_of
     from proxy.scan.rules_bridge import make_translate
     from proxy.scan.scanner import MAX_FILE_BYTES, ImageCheck, scan_paths
     from proxy.scan.undecodable import printable
@@ -73,9 +92,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         capability = (None if args.compute_capability is None
                       else parse_capability(args.compute_capability))
+        target = parse_version(args.target_version)
+        if args.strict_versions:
+            check_supported(target)
         translate = make_translate(args.target_version, args.policy, capability)
-        images = ImageCheck(check_supported(parse_version(args.target_version)),
-                            bump=args.bump_image)
+        images = ImageCheck(release_of(target), bump=args.bump_image)
     except ValueError as err:
         print(f"vllm-cutover scan: {err}", file=sys.stderr)
         return 2
@@ -104,6 +125,9 @@ def _run(args: argparse.Namespace) -> int:
         print(printable(f"vllm-cutover scan: {error}"), file=sys.stderr)
     for warning in report.warnings:
         print(printable(f"vllm-cutover scan: skipped {warning}"), file=sys.stderr)
+    if coverage(target) != "known":
+        print(f"vllm-cutover scan: {_outside(args.target_version, bool(report.findings))}",
+              file=sys.stderr)
     manual = sum(f.status == "manual" for f in report.findings)
     summary = (f"{len(report.findings)} finding(s) in {len(report.files)} of {report.scanned} "
                f"file(s) for vLLM {args.target_version}; {manual} need a manual edit; "

@@ -16,14 +16,15 @@ Sources (vLLM 0.32.0's Python sources, vLLM's CMakeLists.txt and csrc, FlashInfe
   FlashInfer CUTLASS `cutlass_fp4_supported() and has_device_capability(100)`, b12x
   `has_device_capability(120)`; Marlin (`utils/marlin_utils_fp4.py`) `has_device_capability(75)`.
 - vLLM's NVFP4 MoE (`layers/fused_moe/experts/`): its CUTLASS MoE runs on families 100, 110
-  and 120; FlashInfer CUTLASS MoE on 9.0 and families 100 and 120 ("SM110 excluded:
+  and 120 (110 only until 0.33: `rules.CUTLASS_MOE_ON_SM110`); FlashInfer CUTLASS MoE on 9.0 and families 100 and 120 ("SM110 excluded:
   flashinfer-ai/flashinfer#3134"); TRT-LLM and CuTe-DSL MoE on family 100 only.
 - FlashInfer `flashinfer/gemm/gemm_base.py` `mm_fp4` backend requirements: cudnn and
   cutlass on 100 103 107 110 120 121, trtllm 100 103 107, cute-dsl 100 103 107 120 121,
   b12x 120 121. No mm_fp4 backend lists 101 (Thor under its pre-CUDA-13 name).
 
 So Thor (10.1 / 11.0) is its own family, `sm110`: native NVFP4 through vLLM's CUTLASS and
-FlashInfer's CUTLASS/cuDNN GEMM (11.0 only), but no CuTe-DSL, TRT-LLM or FlashInfer MoE.
+FlashInfer's CUTLASS/cuDNN GEMM (11.0 only), but no CuTe-DSL, TRT-LLM or FlashInfer MoE
+(nor, from vLLM 0.34, vLLM's CUTLASS MoE: Marlin runs its MoE layers).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ FAMILY_NAME: dict[Family, str] = {
 FAMILY_LABEL: dict[Family, str] = {
     "sm100": "SM100-family (native NVFP4 W4A4)",
     "sm110": "SM110 (Jetson Thor): native NVFP4 W4A4; no FlashInfer CuTe-DSL, TRT-LLM or "
-             "MoE kernels",
+             "MoE kernels (no CUTLASS NVFP4 MoE from vLLM 0.34)",
     "sm120": "SM120-family (native NVFP4 W4A4)",
     "marlin": "no native FP4 (vLLM uses Marlin W4A16 weight-only)",
     "unsupported": "no NVFP4 kernel in vLLM (Marlin needs 7.5+)",

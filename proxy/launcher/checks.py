@@ -13,7 +13,7 @@ from packaging.specifiers import SpecifierSet
 from proxy.launcher import capabilities, gpus, probes
 from proxy.launcher.capabilities import Family
 from proxy.launcher.probes import CudaProbe
-from proxy.launcher.rules import LINEAR_BACKEND_FALLS_BACK
+from proxy.launcher.rules import CUTLASS_MOE_ON_SM110, LINEAR_BACKEND_FALLS_BACK
 from proxy.launcher.versions import VersionError, in_range, parse_version
 
 Severity = Literal["ok", "info", "warning", "fatal"]
@@ -230,7 +230,9 @@ def moe_check(ctx: Context) -> Check:
             "moe_backend", "ok",
             f"--moe-backend {ctx.moe} on {capabilities.FAMILY_LABEL[ctx.family]}", details,
         )
-    instead = "cutlass" if ctx.family in capabilities.NATIVE_FP4 else "marlin"
+    cutlass_runs = ctx.family in capabilities.NATIVE_FP4 and (
+        ctx.family != "sm110" or _within(ctx.vllm_version, CUTLASS_MOE_ON_SM110))
+    instead = "cutlass" if cutlass_runs else "marlin"
     return Check(
         "moe_backend",
         ctx.severe(),

@@ -51,13 +51,15 @@ def _keeps(match: Match, target: Version) -> bool:
     return True
 
 
-def _choice(policy: Policy, scope: Scope, family: str, requested: str) -> Choice:
+def _choice(policy: Policy, scope: Scope, family: str, requested: str, target: Version
+            ) -> Choice:
     for row in CHOICES:
         if row.scope == scope and row.policy in (policy, "*") \
                 and (row.families == "*" or family in row.families) \
-                and (row.applies_to is None or requested in row.applies_to):
+                and (row.applies_to is None or requested in row.applies_to) \
+                and in_range(target, row.versions):
             return row
-    raise LookupError(f"no choice row for {policy}/{scope}/{family}/{requested}")  # table bug
+    raise LookupError(f"no choice row for {policy}/{scope}/{family}/{requested}/{target}")
 
 
 def _emitted(mech: Mechanism, value: str, source_kind: SettingKind) -> tuple[Setting, ...]:
@@ -163,7 +165,7 @@ def translate_scope(
             changes.append(Change(m.setting.kind, render(m.setting), None,
                                   f"superseded by {render(lead.setting)}, which takes precedence"))
     requested = lead.intent or AUTO
-    row = _choice(policy, scope, capabilities.family_of(cc), requested)
+    row = _choice(policy, scope, capabilities.family_of(cc), requested, target)
     new, chosen, mech, tried, fell_back = _pick(row, requested, scope, target, lead.setting.kind,
                                                 cc)
     old = render(lead.setting)

@@ -34,6 +34,7 @@ class LaunchConfig:
     validate: bool = True  # check the final arguments with vLLM's own parser
     report_json: str | None = None
     dry_run: bool = False
+    strict_versions: bool = False  # refuse a vLLM release outside the tables
 
 
 def command_words(remainder: list[str]) -> tuple[str, ...]:

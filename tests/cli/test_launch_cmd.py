@@ -32,6 +32,10 @@ def _exe(path: Path, text: str) -> Path:
 
 @pytest.fixture()
 def fake_vllm(tmp_path: Path) -> dict[str, str]:
+    return make_fake_vllm(tmp_path)
+
+
+def make_fake_vllm(tmp_path: Path) -> dict[str, str]:
     """A `vllm` script on PATH whose interpreter answers the version probe and echoes its args."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -129,7 +133,8 @@ def test_config_file_copy(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     (["--vllm-version", "0.32.0", "--", "vllm", "serve", "m", "--fp4-gemm-backend", "cutlass",
       "--kernel-config", '{"linear_backend_per_quant": "oops"}'],
      "linear_backend_per_quant must map"),
-    (["--vllm-version", "0.9.2", "--", "vllm", "serve", "m"], "not supported"),
+    (["--strict-versions", "--vllm-version", "0.9.2", "--", "vllm", "serve", "m"],
+     "0.9.2 is older than the launcher's tables (0.10.0 .. 0.34.x) and --strict-versions"),
     (["--vllm-version", "banana", "--", "vllm", "serve", "m"], "'banana'"),
     (["--", "vllm", "serve", "m", "--fp4-gemm-backend", "fastest"], "'fastest'"),
     (["--", "vllm", "serve", "m", "--config", "/nonexistent/x.yaml"], "/nonexistent/x.yaml"),

@@ -71,8 +71,32 @@ def test_json_output(deploy: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_bad_target_version_exits_2(deploy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["scan", str(deploy), "--target-version", "0.9"]) == 2
-    assert "0.9" in capsys.readouterr().err
+    assert main(["scan", str(deploy), "--target-version", "banana"]) == 2
+    assert "'banana'" in capsys.readouterr().err
+    assert main(["scan", str(deploy), "--target-version", "0.9", "--strict-versions"]) == 2
+    assert "vLLM 0.9 is older than the launcher's tables (0.10.0 .. 0.34.x) and " \
+        "--strict-versions refuses it" in capsys.readouterr().err
+
+
+def test_a_target_outside_the_tables_is_scanned(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    plain = tmp_path / "plain.sh"
+    plain.write_text("vllm serve m --max-model-len 4096\n")
+    for target in ("0.35.0", "0.9.2"):
+        assert main(["scan", str(plain), "--target-version", target]) == 0
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert "the command and its environment hold nothing they match, so nothing needs a " \
+            "change" in captured.err
+    seed = tmp_path / "seed.sh"
+    seed.write_text("vllm serve m --fp4-gemm-backend cutlass\n")
+    assert main(["scan", str(seed), "--target-version", "0.35.0", "--compute-capability",
+                 "12.0"]) == 1
+    captured = capsys.readouterr()
+    assert "fix --kernel-config '{\"linear_backend_per_quant\": {\"nvfp4_w4a4\": " \
+        "\"flashinfer_cutlass\"}}'" in captured.out
+    assert "warning: vLLM 0.35.0 is newer than the launcher's tables (0.10.0 .. 0.34.x): the " \
+        "FP4 settings were translated to the forms of vLLM 0.34.0" in captured.err
 
 
 def test_fix_round_trip(deploy: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -84,7 +108,7 @@ def test_fix_round_trip(deploy: Path, capsys: pytest.CaptureFixture[str]) -> Non
     rows = json.loads(capsys.readouterr().out)
     fixed = [r for r in rows if r["status"] == "fixed"]
     # the fixtures' images run vLLM 0.21.0: bumped with the flags, to the default target
-    assert {r["fix"] for r in rows if r["kind"] == "image"} == {"vllm/vllm-openai:v0.33.0"}
+    assert {r["fix"] for r in rows if r["kind"] == "image"} == {"vllm/vllm-openai:v0.34.0"}
     assert fixed and all(r["status"] in ("fixed", "manual") for r in rows)
     assert (deploy / "docker-compose.yml.bak").read_bytes() == b"an older backup\n"
     backups = sorted(p.name for p in deploy.glob("*.bak*"))

@@ -23,7 +23,7 @@ def test_report_has_every_vllm_var_and_changes() -> None:
         "vllm_version": "0.32.0", "compute_capability": "10.0", "policy": "migrate",
         "argv": ["vllm", "serve", "m"], "env": {"VLLM_A": "1", "VLLM_B": "2"},
         "changes": [{"kind": "flag", "old": "--a x", "new": None, "reason": "r", "manual": None}],
-        "preflight": {"ok": True},
+        "preflight": {"ok": True}, "tables": None,
     }
     assert list(vllm_env(env)) == ["VLLM_A", "VLLM_B"]
 

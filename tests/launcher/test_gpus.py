@@ -15,6 +15,7 @@ from proxy.launcher import gpus
         ("0.31.0", "0.7.0.post1"),
         ("0.32.0", "0.7.0.post1"),
         ("0.33.0rc1", "0.7.2.post1"),
+        ("0.34.0", "0.7.3"),
         ("0.16.0rc2.dev236+g1234abc", None),
         ("0.30.0", None),
         ("not-a-version", None),

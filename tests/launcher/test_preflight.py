@@ -202,6 +202,17 @@ def test_flashinfer_trtllm_moe_needs_sm100(
     assert check(run(moe_backend="flashinfer_trtllm"), "moe_backend").severity == severity
 
 
+@pytest.mark.parametrize(("vllm", "instead"), [("0.33.0", "cutlass"), ("0.34.0", "marlin"),
+                                              ("0.35.0", "marlin")])
+def test_a_flashinfer_moe_on_thor_points_at_the_kernel_the_release_runs_there(
+    host: Callable[..., list], vllm: str, instead: str
+) -> None:
+    host((11, 0))
+    moe = check(run(vllm_version=vllm, moe_backend="flashinfer_cutlass"), "moe_backend")
+    assert moe.severity == "fatal"
+    assert moe.message.endswith(f"use --moe-backend {instead} or auto"), moe.message
+
+
 def test_given_capability_that_differs_from_the_gpu_warns(host: Callable[..., list]) -> None:
     host((9, 0))
     report = run(compute_capability=(10, 0))

@@ -9,7 +9,7 @@ from packaging.version import Version
 from proxy.launcher.capabilities import FAMILY_NAME
 from proxy.launcher.rules import CHOICES, MECHANISMS, SOURCES
 
-RELEASES = [Version(f"0.{minor}.{micro}") for minor in range(10, 34) for micro in (0, 1)]
+RELEASES = [Version(f"0.{minor}.{micro}") for minor in range(10, 35) for micro in (0, 1)]
 
 
 def test_env_gemm_values_are_hyphenated_and_never_cutedsl() -> None:

@@ -19,7 +19,7 @@ from proxy.launcher.rules import SOURCES
 from proxy.launcher.translate import Change
 
 RELEASES = [Version(v) for v in ("0.10.0", "0.10.1", "0.11.0", "0.11.1")] + [
-    Version(f"0.{minor}.0") for minor in range(12, 34)]
+    Version(f"0.{minor}.0") for minor in range(12, 35)]
 FAMILIES = {"sm100": (10, 0), "sm110": (11, 0), "thor_cuda12": (10, 1), "sm120": (12, 1),
             "below_sm100": (9, 0), "unknown": None}
 DEFAULT = "(vLLM's own choice)"
@@ -78,7 +78,8 @@ class Exception_:
     reason: str
     applies: Callable[[Cell], bool]
     shows: str  # "guide": the upgrade guide's kernel; "manual": a manual-edit note;
-    # "explained": a change says vLLM picks by itself or what the release reads instead
+    # "explained": a change says vLLM picks by itself or what the release reads instead;
+    # "says:TEXT": a change's reason says TEXT
 
 
 def _old(*kernels: str) -> Callable[[Cell], bool]:
@@ -117,6 +118,10 @@ EXCEPTIONS = [
     Exception_("VLLM_USE_FLASHINFER_MOE_FP4=1 alone: the FlashInfer MoE kernel it ran by default "
                "moved between releases, so the choice is left to vLLM", _old(FLASHINFER),
                "explained"),
+    Exception_("vLLM 0.34 no longer runs its CUTLASS NVFP4 MoE on Thor (CutlassExpertsFp4 "
+               "dropped family 110): a FlashInfer opt-out there gets Marlin, which 0.34 runs",
+               _in(">=0.34", lambda c: c.family in ("sm110", "thor_cuda12") and c.old == NOT_FI),
+               "says:vLLM 0.34 no longer runs its CUTLASS NVFP4 MoE"),
 ]
 
 
@@ -176,6 +181,8 @@ def _plan(cell: Cell) -> tuple[str, tuple[Change, ...]]:
 
 
 def _shows(how: str, changes: Sequence[Change]) -> bool:
+    if how.startswith("says:"):
+        return any(how[len("says:"):] in (c.reason or "") for c in changes)
     if how == "manual":
         return any(c.manual for c in changes)
     if how == "guide":

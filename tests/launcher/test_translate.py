@@ -16,7 +16,7 @@ from proxy.launcher.translate import (
     translate_setting,
 )
 
-SM100, SM120, H200 = (10, 0), (12, 0), (9, 0)
+SM100, SM120, H200, THOR = (10, 0), (12, 0), (9, 0), (11, 0)
 KC = '{{"linear_backend_per_quant": {{"nvfp4_w4a4": "{}"}}}}'
 
 
@@ -128,6 +128,11 @@ ENV_CASES = [
     ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.24.0", "migrate", (12, 1), "--moe-backend cutlass"),
     ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.22.0", "migrate", H200, "--moe-backend marlin"),
     ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.21.0", "migrate", SM100, "keep"),
+    # Jetson Thor: vLLM's CUTLASS NVFP4 MoE ran there until 0.33; 0.34 runs Marlin instead.
+    ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.33.0", "preserve", THOR, "--moe-backend cutlass"),
+    ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.34.0", "preserve", THOR, "--moe-backend marlin"),
+    ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.34.0", "migrate", (10, 1), "--moe-backend marlin"),
+    ("VLLM_USE_FLASHINFER_MOE_FP4", "0", "0.34.0", "migrate", SM120, "--moe-backend cutlass"),
 ]
 
 
@@ -258,6 +263,24 @@ def test_migrate_keeps_a_choice_the_target_still_offers(value: str, target: str,
                                          target=Version(target), policy=policy,
                                          compute_capability=cc)
         assert change.new == expected and "explicit choice keeps its meaning" in change.reason
+
+
+def test_the_thor_opt_out_says_why_it_is_marlin_from_0_34() -> None:
+    (change,) = translate_setting("env", "VLLM_USE_FLASHINFER_MOE_FP4", "0",
+                                  target=Version("0.34.0"), compute_capability=THOR)
+    assert change.new == "--moe-backend marlin"
+    assert "vLLM 0.34 no longer runs its CUTLASS NVFP4 MoE on SM110 (Jetson Thor)" in change.reason
+
+
+def test_an_explicit_cutlass_moe_on_thor_is_kept_with_a_warning_from_0_34() -> None:
+    def warnings(target: str) -> list[str]:
+        changes = translate_setting("flag", "--moe-runner-backend", "cutlass",
+                                    target=Version(target), compute_capability=THOR)
+        assert [c.new for c in changes if c.kind == "flag"] == ["--moe-backend cutlass"]
+        return [c.reason for c in changes if c.kind == "warning"]
+
+    assert warnings("0.33.0") == []
+    assert any("vLLM 0.34 no longer runs its CUTLASS NVFP4 MoE" in w for w in warnings("0.34.0"))
 
 
 def test_flashinfer_opt_out_against_an_explicit_moe_backend() -> None:

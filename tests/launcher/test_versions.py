@@ -1,4 +1,4 @@
-"""Version parsing, the supported range and detection per interpreter."""
+"""Version parsing, where a version lies against the tables, and detection per interpreter."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from packaging.version import Version
 from proxy.launcher.versions import (
     VersionError,
     check_supported,
+    coverage,
     detect_vllm_version,
     in_range,
     parse_version,
+    planned_for,
     read_shebang_interpreter,
     release_of,
 )
@@ -29,15 +31,26 @@ def test_dev_build_counts_as_its_release() -> None:
     assert not in_range(version, SpecifierSet("<0.16"))
 
 
-@pytest.mark.parametrize("text", ["0.10.0", "0.33.9", "0.24.0rc1", "0.32.0+cpu"])
+@pytest.mark.parametrize("text", ["0.10.0", "0.33.9", "0.34.2", "0.24.0rc1", "0.32.0+cpu"])
 def test_supported(text: str) -> None:
     check_supported(parse_version(text))
 
 
-@pytest.mark.parametrize("text", ["0.9.2", "0.34.0", "1.0.0"])
-def test_unsupported_names_the_range(text: str) -> None:
-    with pytest.raises(VersionError, match=r"0\.10\.0 \.\. 0\.33\.x"):
+@pytest.mark.parametrize("text", ["0.9.2", "0.35.0", "1.0.0"])
+def test_strict_refusal_names_the_range(text: str) -> None:
+    with pytest.raises(VersionError, match=r"0\.10\.0 \.\. 0\.34\.x\) and --strict-versions"):
         check_supported(parse_version(text))
+
+
+@pytest.mark.parametrize(("text", "where", "planned"), [
+    ("0.10.0", "known", "0.10.0"), ("0.33.9", "known", "0.33.9"),
+    ("0.34.0", "known", "0.34.0"), ("0.34.1", "known", "0.34.1"),
+    ("0.35.0rc1.dev5+gabc", "newer", "0.34.0"), ("0.35.0", "newer", "0.34.0"),
+    ("1.0.0", "newer", "0.34.0"), ("0.9.2", "older", "0.9.2"), ("0.10.0rc1", "known", "0.10.0"),
+])
+def test_coverage_and_the_release_planned_for(text: str, where: str, planned: str) -> None:
+    version = parse_version(text)
+    assert (coverage(version), planned_for(version)) == (where, Version(planned))
 
 
 def test_garbage_is_quoted() -> None:

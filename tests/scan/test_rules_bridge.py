@@ -52,13 +52,22 @@ def test_unknown_value_is_reported_with_the_value_quoted() -> None:
 
 
 def test_bad_target_version_quoted() -> None:
-    with pytest.raises(ValueError, match="0.9"):
-        make_translate("0.9", "migrate", None)
     with pytest.raises(ValueError, match="banana"):
         make_translate("banana", "migrate", None)
 
 
-@pytest.mark.parametrize("target", ["0.11.0", "0.15", "0.21", "0.22", "0.28", "0.30", "0.33"])
+def test_targets_outside_the_tables_are_handled_as_the_launcher_does() -> None:
+    text = "vllm serve m --fp4-gemm-backend cutlass\n"
+    for newer in ("0.35", "1.0.0"):
+        [(finding, plan)] = _findings("shell", text, newer)
+        assert finding.fix == f"--kernel-config '{CUTEDSL}'" and plan is not None
+    [(finding, plan)] = _findings("shell", text, "0.9")  # placed by the ranges: no way there
+    assert plan is None and finding.status == "manual"
+    assert "no equivalent of --fp4-gemm-backend cutlass in vLLM 0.9.0" in finding.note
+    assert _findings("shell", "vllm serve m --max-model-len 4096\n", "0.35") == []
+
+
+@pytest.mark.parametrize("target", ["0.11.0", "0.15", "0.21", "0.22", "0.28", "0.30", "0.33", "0.34"])
 @pytest.mark.parametrize("cc", [None, (10, 0), (12, 0), (9, 0)])
 def test_fix_round_trip_every_version(tmp_path: Path, target: str,
                                       cc: tuple[int, int] | None) -> None:
