@@ -156,6 +156,7 @@ def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
         roles={r: RoleCounts(**v) for r, v in roles.items()},
     )
 
+
 def _latency(of_role: dict[str, list[float]]) -> LatencySamples:
     return LatencySamples(
         ttft_s=tuple(of_role["ttft"]), itl_s=tuple(of_role["itl"]),

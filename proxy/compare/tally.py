@@ -142,4 +142,3 @@ def is_streamed(record: ExchangeRecord, cap: Capture) -> bool:
     return record.meta.stream and (
         cap.role != "baseline" or bool(record.extra.get("baseline_streamed", True))
     )
-
