@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 MODEL = "sim-model"
 # Engine-like pacing: a first token after 40 ms, then one every 10 ms, jittered.
 PACE = ("--model-name", MODEL, "--ttft-ms", "40", "--itl-ms", "10", "--jitter", "0.1")
-ANALYSIS_TIMEOUT_S = 150
+ANALYSIS_TIMEOUT_S = 300
 
 
 @contextmanager
