@@ -131,7 +131,9 @@ def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
     samples: dict[str, dict[str, list[float]]] = {}
     itl_left = max_itl_samples
     for role, ttft, e2e, tokens, itl_blob, streamed in reversed(latency):
-        of_role = samples.setdefault(role, {name: [] for name in METRICS})
+        of_role = samples.get(role)
+        if of_role is None:
+            of_role = samples[role] = {name: [] for name in METRICS}
         if not streamed:  # E2E and E2E per completion token; never pooled with streams
             of_role["e2e_unstreamed"].append(e2e)
             if tokens is not None and tokens >= 1:
