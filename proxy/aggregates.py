@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from proxy.compare.gate import AdmissionCounts, GateInputs, MatchCounts
-from proxy.compare.stats import LatencySamples
+from proxy.compare.stats import METRICS, LatencySamples
 from proxy.cutover.control import EvidenceWindow
 
 __all__ = ["VERSION_ROLES", "PairCounts", "RoleCounts", "StoreAggregates", "aggregate_rows",
@@ -84,8 +84,8 @@ class StoreAggregates:
             "records": self.records,
             "shadow": pair(self.shadow),
             "baseline": pair(self.baseline) if self.baseline else None,
-            "latency_samples": {r: {"ttft": len(s.ttft_s), "tpot": len(s.tpot_s),
-                                    "e2e": len(s.e2e_s)} for r, s in self.latency.items()},
+            "latency_samples": {r: {name: len(s.metric(name)) for name in METRICS if name != "itl"}
+                                for r, s in self.latency.items()},
             "roles": {r: asdict(c) for r, c in self.roles.items()},
             "admission": self.admission.as_json() if self.admission is not None else None,
         }
@@ -128,29 +128,44 @@ def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
             r["errors"] += count
         if finish is not None:
             r["finish_reasons"][finish] = r["finish_reasons"].get(finish, 0) + count
-    samples: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {}
+    samples: dict[str, dict[str, list[float]]] = {}
     itl_left = max_itl_samples
     for role, ttft, e2e, tokens, itl_blob, streamed in reversed(latency):
-        ttfts, tpots, itls, e2es = samples.setdefault(role, ([], [], [], []))
-        e2es.append(e2e)
-        if not streamed or ttft is None:
+        of_role = samples.get(role)
+        if of_role is None:
+            of_role = samples[role] = {name: [] for name in METRICS}
+        if not streamed:  # E2E and E2E per completion token; never pooled with streams
+            of_role["e2e_unstreamed"].append(e2e)
+            if tokens is not None and tokens >= 1:
+                of_role["tpot_unstreamed"].append(e2e / tokens)
             continue
-        ttfts.append(ttft)
+        of_role["e2e"].append(e2e)
+        if ttft is None:
+            continue
+        of_role["ttft"].append(ttft)
         if tokens is not None and tokens > 1:
-            tpots.append((e2e - ttft) / (tokens - 1))
+            of_role["tpot"].append((e2e - ttft) / (tokens - 1))
         if itl_blob and itl_left > 0:
             gaps = array("f")
             gaps.frombytes(itl_blob)
-            itls.extend(gaps[:itl_left])
+            of_role["itl"].extend(gaps[:itl_left])
             itl_left -= len(gaps)
     return StoreAggregates(
         records=records,
         shadow=made.get("shadow", PairCounts()),
         baseline=made.get("baseline"),
-        latency={r: LatencySamples(ttft_s=tuple(a), tpot_s=tuple(b), itl_s=tuple(c),
-                                   e2e_s=tuple(d)) for r, (a, b, c, d) in samples.items()},
+        latency={r: _latency(v) for r, v in samples.items()},
         roles={r: RoleCounts(**v) for r, v in roles.items()},
     )
+
+
+def _latency(of_role: dict[str, list[float]]) -> LatencySamples:
+    return LatencySamples(
+        ttft_s=tuple(of_role["ttft"]), itl_s=tuple(of_role["itl"]),
+        tpot_s=tuple(of_role["tpot"]), e2e_s=tuple(of_role["e2e"]),
+        e2e_unstreamed_s=tuple(of_role["e2e_unstreamed"]),
+        tpot_unstreamed_s=tuple(of_role["tpot_unstreamed"]))
+
 
 # `w`: the records in scope with `promoted` (1: the new version was primary) and
 # `noise` (1: its baseline comparison is old-vs-old noise that counts).
@@ -207,7 +222,9 @@ def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = Non
         " (c.error IS NOT NULL OR c.status IS NULL OR c.status >= 400), c.finish_reason,"
         f" COUNT(*) FROM capture c JOIN w ON w.id = c.exchange_id WHERE {_COUNTED}"
         " GROUP BY 1, 2, 3, 4", params).fetchall()
-    # Per-token timing only exists for streamed answers (unstreamed: TTFT == E2E).
+    # Per-token timing only exists for streamed answers (unstreamed: TTFT == E2E); the
+    # unstreamed ones give E2E and E2E per completion token instead (from the same columns,
+    # so databases written before these samples existed give them too).
     latency = db.execute(
         f"{scope} SELECT {_VERSION}, c.ttft_s, c.e2e_s, c.output_tokens, c.itl_s,"
         " w.stream AND (c.role != 'baseline' OR"

@@ -3,7 +3,8 @@
 Every mirrored request recorded by a sidecar adds, per role (primary = old, shadow =
 new, baseline = a second old), exactly what `GateInputs.from_records` counts from the
 records: requests and errors, and for successful answers the TTFT and TPOT of streamed
-ones and the output length. Comparisons and admission are counted by `proxy.metrics`
+ones, the E2E and E2E per completion token of unstreamed ones, and the output length.
+Comparisons and admission are counted by `proxy.metrics`
 (`vllm_cutover_comparisons_total`, `vllm_cutover_shadow_sampled_total`,
 `vllm_cutover_shadow_dropped_total`). Labels: role and result only (no URL, no model: the
 scrape adds the target's labels, bounded by the deployment).
@@ -16,8 +17,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.compare.stats import tpot_s
-from proxy.compare.tally import timed_capture
+from proxy.compare.stats import tpot_s, tpot_unstreamed_s
+from proxy.compare.tally import is_streamed
 from proxy.compare.types import ExchangeRecord
 from proxy.histograms import BulkHistogram
 
@@ -46,6 +47,15 @@ class EvidenceMetrics:
         self.tpot = BulkHistogram(
             f"{NS}_tpot_seconds", "Time per output token after the first (streamed, >= 2 "
             "tokens), per role", ("role",), TIME_BUCKETS_S, registry)
+        # Unstreamed answers: their E2E and E2E per completion token, never pooled with
+        # the streamed TTFT/TPOT above.
+        self.e2e_unstreamed = BulkHistogram(
+            f"{NS}_e2e_unstreamed_seconds", "End-to-end time of successful unstreamed "
+            "answers, per role", ("role",), TIME_BUCKETS_S, registry)
+        self.tpot_unstreamed = BulkHistogram(
+            f"{NS}_tpot_unstreamed_seconds", "End-to-end time over completion tokens of "
+            "successful unstreamed answers (>= 1 token), per role", ("role",),
+            TIME_BUCKETS_S, registry)
         self.output_tokens = BulkHistogram(
             f"{NS}_output_tokens", "Output length of successful answers, per role",
             ("role",), tuple(float(b) for b in LENGTH_BUCKETS), registry)
@@ -54,7 +64,8 @@ class EvidenceMetrics:
         for role in EVIDENCE_ROLES:
             for result in ("ok", "error"):
                 self.requests.labels(role, result)
-            for histogram in (self.ttft, self.tpot, self.output_tokens):
+            for histogram in (self.ttft, self.tpot, self.e2e_unstreamed, self.tpot_unstreamed,
+                              self.output_tokens):
                 histogram.observe_many((role,), ())
 
     def observe(self, record: ExchangeRecord) -> None:
@@ -66,12 +77,18 @@ class EvidenceMetrics:
             self.requests.labels(cap.role, "error" if failed else "ok").inc()
             if failed:
                 continue
-            timed = timed_capture(record, cap)
             labels = (cap.role,)
-            if timed.ttft_s is not None:
-                self.ttft.observe_many(labels, (timed.ttft_s,))
-            per_token = tpot_s(timed)
-            if per_token is not None:
-                self.tpot.observe_many(labels, (per_token,))
+            if is_streamed(record, cap):
+                if cap.ttft_s is not None:
+                    self.ttft.observe_many(labels, (cap.ttft_s,))
+                per_token = tpot_s(cap)
+                if per_token is not None:
+                    self.tpot.observe_many(labels, (per_token,))
+            else:
+                if cap.e2e_s is not None:
+                    self.e2e_unstreamed.observe_many(labels, (cap.e2e_s,))
+                per_token = tpot_unstreamed_s(cap)
+                if per_token is not None:
+                    self.tpot_unstreamed.observe_many(labels, (per_token,))
             if cap.output_tokens is not None:
                 self.output_tokens.observe_many(labels, (cap.output_tokens,))

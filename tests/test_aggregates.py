@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from proxy.compare.gate import GateCriteria
@@ -9,6 +11,7 @@ from proxy.cutover.control import EvidenceWindow
 from proxy.mirror.verdict import evaluate_window
 from tests.evidence_records import (
     BASE,
+    META,
     NEW,
     OLD,
     OTHER,
@@ -81,3 +84,21 @@ def test_baseline_noise_is_old_against_its_copy_in_the_window(tmp_path):
     assert store.aggregates(window=EvidenceWindow(SINCE, OLD, NEW)).baseline is None
     members = store.window_members(EvidenceWindow(SINCE, OLD, NEW, BASE))
     assert sorted(members.values()) == [(False, False)] + [(False, True)] * 4 + [(True, False)]
+
+
+def test_unstreamed_samples_are_labelled_by_version_in_the_window(tmp_path):
+    """Unstreamed answers before and after the promotion: their E2E and per-token samples
+    follow the version, not the role, and no streamed sample appears."""
+    unstreamed = replace(META, stream=False)
+    records = [replace(record(1001 + i, OLD, NEW, ttft=SPEEDS), meta=unstreamed)
+               for i in range(4)]
+    records += [replace(record(1010 + i, NEW, OLD, ttft=SPEEDS), meta=unstreamed)
+                for i in range(3)]
+    store = store_of(tmp_path, records)
+    window = store.aggregates(window=EvidenceWindow(SINCE, OLD, NEW))
+    old, new = window.latency["primary"], window.latency["shadow"]
+    assert old.e2e_unstreamed_s == pytest.approx((0.15,) * 7)  # E2E = TTFT + 0.05
+    assert new.e2e_unstreamed_s == pytest.approx((0.35,) * 7)
+    assert new.tpot_unstreamed_s == pytest.approx((0.35 / 6,) * 7)  # over 6 tokens
+    assert old.ttft_s == old.e2e_s == old.tpot_s == old.itl_s == ()
+    assert new.ttft_s == new.e2e_s == ()

@@ -26,7 +26,7 @@ def _exported() -> dict[str, tuple[str, ...]]:
     """Sample name -> its labels, for every series ProxyMetrics declares."""
     metrics = ProxyMetrics(CollectorRegistry())
     labels: dict[str, tuple[str, ...]] = {}
-    for value in vars(metrics).values():
+    for value in [*vars(metrics).values(), *vars(metrics.evidence).values()]:
         if isinstance(value, MetricWrapperBase):
             labels[value._name] = tuple(value._labelnames)
         elif isinstance(value, BulkHistogram):
@@ -50,7 +50,8 @@ def test_dashboard_is_valid_grafana_json() -> None:
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     titles = " | ".join(panel["title"] for panel in dashboard["panels"])
-    for shown in ("match rate", "TTFT", "ITL", "Shadow drops", "Cutover phase"):
+    for shown in ("match rate", "TTFT", "ITL", "Unstreamed answers", "Shadow drops",
+                  "Cutover phase"):
         assert shown in titles, titles
 
 

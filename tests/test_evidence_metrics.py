@@ -41,8 +41,14 @@ def test_counts_match_the_records_aggregate():
                       role=role) == len(samples.tpot_s)
         assert _value(registry, "vllm_cutover_evidence_output_tokens_count",
                       role=role) == len(samples.output_tokens)
-    # The unstreamed answer has lengths but no TTFT, as the records' aggregate says.
+        for name in ("e2e_unstreamed", "tpot_unstreamed"):
+            assert _value(registry, f"vllm_cutover_evidence_{name}_seconds_count",
+                          role=role) == len(samples.metric(name))
+            assert _value(registry, f"vllm_cutover_evidence_{name}_seconds_sum",
+                          role=role) == sum(samples.metric(name))
+    # The unstreamed answer has lengths and its own E2E but no TTFT, as the records say.
     assert len(inputs.latency["shadow"].ttft_s) == 8
+    assert len(inputs.latency["shadow"].e2e_unstreamed_s) == 1
 
 
 def test_series_exist_from_the_start_and_buckets_are_fine():

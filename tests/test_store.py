@@ -117,14 +117,46 @@ def test_gate_inputs_from_aggregates(tmp_path):
 
 
 def test_per_token_latency_only_from_streamed_answers(tmp_path):
+    """Streamed answers give TTFT/TPOT/E2E, unstreamed ones (a baseline asked unstreamed
+    too) E2E and E2E per completion token: never pooled."""
     store = SqliteStore(str(tmp_path / "r.db"))
     unstreamed_baseline = _record(2, baseline=True)
     unstreamed_baseline.extra["baseline_streamed"] = False
     store.write([_record(1, stream=False), unstreamed_baseline])
     latency = store.aggregates().latency
-    assert (len(latency["primary"].ttft_s), len(latency["primary"].e2e_s)) == (1, 2)
+    assert (len(latency["primary"].ttft_s), len(latency["primary"].e2e_s)) == (1, 1)
     assert len(latency["primary"].tpot_s) == 1
-    assert (len(latency["baseline"].ttft_s), len(latency["baseline"].e2e_s)) == (0, 1)
+    assert latency["primary"].e2e_unstreamed_s == (0.5,)
+    assert latency["primary"].tpot_unstreamed_s == (0.5 / 3,)
+    assert (len(latency["baseline"].ttft_s), len(latency["baseline"].e2e_s)) == (0, 0)
+    assert latency["baseline"].e2e_unstreamed_s == (0.5,)
+    counts = store.aggregates().as_json()["latency_samples"]
+    assert counts["primary"]["e2e_unstreamed"] == 1 and counts["primary"]["e2e"] == 1
+
+
+def test_stored_latency_samples_equal_the_records_own(tmp_path):
+    """The SQL aggregation and `GateInputs.from_records` (Python over the same records)
+    give the same samples, per role and metric, for a mix of streamed and unstreamed."""
+    from proxy.compare.tally import GateInputs
+
+    records = []
+    for i in range(24):
+        record = _record(i, baseline=i % 3 == 0, stream=i % 2 == 0)
+        e2e = 0.3 + i / 100
+        captures = tuple(replace(c, e2e_s=e2e * (1.5 if c.role == "shadow" else 1),
+                                 output_tokens=1 + i % 5) for c in record.captures)
+        extra = {**record.extra, "baseline_streamed": i % 4 != 0}
+        records.append(replace(record, captures=captures, extra=extra))
+    store = SqliteStore(str(tmp_path / "r.db"))
+    store.write(records)
+    stored = store.aggregates().latency
+    direct = GateInputs.from_records(records).latency
+    assert set(stored) == set(direct) == {"primary", "shadow", "baseline"}
+    for role in direct:
+        for name in ("ttft", "tpot", "e2e", "e2e_unstreamed", "tpot_unstreamed"):
+            got, want = sorted(stored[role].metric(name)), sorted(direct[role].metric(name))
+            assert got == want, (role, name)
+    assert len(stored["primary"].e2e_unstreamed_s) == 12
 
 
 def test_admission_counts_add_up_reach_the_gate_and_follow_retention(tmp_path):

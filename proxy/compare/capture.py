@@ -159,6 +159,9 @@ class CaptureBuilder:
             body = b"".join(self._body)
             if len(body) > _LONG_EVENT_CHARS:
                 body = _PROMPT_IDS_BYTES.sub(b'"prompt_token_ids":null', body)
+            # An unstreamed answer ends with its last byte's arrival, stamped alike on every
+            # side; `t` is when the caller got round to finishing (a busy worker's later).
+            t = self._t_last
             self._on_full_body(body, t)
         err = error or self._error
         if err is None and status is not None and status >= 400:

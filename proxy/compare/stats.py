@@ -18,6 +18,7 @@ Alternative = Literal["two-sided", "greater", "less"]
 # Streamed requests give TTFT, ITL, TPOT and E2E; unstreamed ones only their end-to-end time
 # and that time per output token (as `vllm bench serve` reports them), kept apart, never pooled.
 METRICS = ("ttft", "itl", "tpot", "e2e", "e2e_unstreamed", "tpot_unstreamed")
+UNSTREAMED_METRICS = ("e2e_unstreamed", "tpot_unstreamed")
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -65,10 +66,20 @@ def tpot_s(capture: Capture) -> float | None:
     return (capture.e2e_s - capture.ttft_s) / (tokens - 1)
 
 
+def tpot_unstreamed_s(capture: Capture) -> float | None:
+    """An unstreamed answer's E2E over its completion tokens (`usage.completion_tokens`, as
+    `vllm bench serve` divides for unstreamed runs); None without a token."""
+    tokens = capture.output_tokens
+    if capture.e2e_s is None or tokens is None or tokens < 1:
+        return None
+    return capture.e2e_s / tokens
+
+
 @dataclass(frozen=True)
 class LatencySamples:
-    """Samples of one role: per-request TTFT, TPOT, E2E, all inter-token gaps, and output
-    lengths (the distribution sampled requests are compared by)."""
+    """Samples of one role: per-request TTFT, TPOT, E2E of streamed answers, all their
+    inter-token gaps, E2E and E2E per token of unstreamed ones, and output lengths of both
+    (the distribution sampled requests are compared by)."""
 
     ttft_s: tuple[float, ...] = ()
     itl_s: tuple[float, ...] = ()
@@ -79,15 +90,18 @@ class LatencySamples:
     tpot_unstreamed_s: tuple[float, ...] = ()  # E2E over completion tokens, unstreamed only
 
     @classmethod
-    def from_captures(cls, captures: Iterable[Capture]) -> LatencySamples:
-        """Successful, complete captures only (errors and cancellations would skew latency)."""
+    def from_captures(cls, captures: Iterable[Capture],
+                      unstreamed: Iterable[Capture] = ()) -> LatencySamples:
+        """`captures` were streamed (TTFT, ITL, TPOT, E2E), `unstreamed` were not (their E2E
+        and E2E per completion token); successful, complete ones only (errors and
+        cancellations would skew latency). Output lengths come from both."""
         ttft: list[float] = []
         itl: list[float] = []
         tpot: list[float] = []
         e2e: list[float] = []
         lengths: list[int] = []
         for cap in captures:
-            if cap.error is not None or cap.cancelled or cap.status is None or cap.status >= 400:
+            if not _complete(cap):
                 continue
             if cap.ttft_s is not None:
                 ttft.append(cap.ttft_s)
@@ -99,7 +113,20 @@ class LatencySamples:
             per_token = tpot_s(cap)
             if per_token is not None:
                 tpot.append(per_token)
-        return cls(tuple(ttft), tuple(itl), tuple(tpot), tuple(e2e), tuple(lengths))
+        whole: list[float] = []
+        whole_per_token: list[float] = []
+        for cap in unstreamed:
+            if not _complete(cap):
+                continue
+            if cap.e2e_s is not None:
+                whole.append(cap.e2e_s)
+            if cap.output_tokens is not None:
+                lengths.append(cap.output_tokens)
+            per_token = tpot_unstreamed_s(cap)
+            if per_token is not None:
+                whole_per_token.append(per_token)
+        return cls(tuple(ttft), tuple(itl), tuple(tpot), tuple(e2e), tuple(lengths),
+                   tuple(whole), tuple(whole_per_token))
 
     def metric(self, name: str) -> tuple[float, ...]:
         """Sample by metric name: one of METRICS."""
@@ -170,6 +197,11 @@ def ratio(new: float | None, old: float | None) -> float | None:
     if new is None or old is None or old <= 0:
         return None
     return new / old
+
+
+def _complete(cap: Capture) -> bool:
+    return cap.error is None and not cap.cancelled and cap.status is not None \
+        and cap.status < 400
 
 
 def _thin(values: Sequence[float], limit: int) -> Sequence[float]:

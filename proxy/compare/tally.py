@@ -7,7 +7,7 @@ Built in memory by the mirror or from stored records by the report (`GateInputs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 # An admission count: (primary URL, shadow URL, outcome, count); outcome is ELIGIBLE (the
@@ -113,7 +113,7 @@ class GateInputs:
     def from_records(cls, records: Iterable[ExchangeRecord]) -> GateInputs:
         """Aggregate stored or in-memory exchange records."""
         comparisons: list[Comparison] = []
-        captures: dict[str, list[Any]] = {}
+        captures: dict[str, tuple[list[Capture], list[Capture]]] = {}
         requests: dict[str, int] = {}
         errors: dict[str, int] = {}
         has_baseline = False
@@ -123,23 +123,22 @@ class GateInputs:
                 if cap.cancelled:
                     continue
                 has_baseline = has_baseline or cap.role == "baseline"
-                captures.setdefault(cap.role, []).append(timed_capture(record, cap))
+                streamed, unstreamed = captures.setdefault(cap.role, ([], []))
+                (streamed if is_streamed(record, cap) else unstreamed).append(cap)
                 requests[cap.role] = requests.get(cap.role, 0) + 1
                 failed = cap.error is not None or cap.status is None or cap.status >= 400
                 errors[cap.role] = errors.get(cap.role, 0) + failed
         return cls(
             new_vs_old=MatchCounts.of(comparisons, "shadow"),
             baseline_vs_old=MatchCounts.of(comparisons, "baseline") if has_baseline else None,
-            latency={role: LatencySamples.from_captures(caps) for role, caps in captures.items()},
+            latency={role: LatencySamples.from_captures(*caps) for role, caps in captures.items()},
             requests=requests,
             errors=errors,
         )
 
 
-def timed_capture(record: ExchangeRecord, cap: Capture) -> Capture:
-    """The capture with per-token timing kept only if its answer was streamed
-    (an unstreamed answer's TTFT is its E2E and would make TPOT zero)."""
-    streamed = record.meta.stream and (
+def is_streamed(record: ExchangeRecord, cap: Capture) -> bool:
+    """Whether `cap`'s answer was streamed (a baseline may be asked unstreamed)."""
+    return record.meta.stream and (
         cap.role != "baseline" or bool(record.extra.get("baseline_streamed", True))
     )
-    return cap if streamed else replace(cap, ttft_s=None, itl_s=())

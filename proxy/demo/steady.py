@@ -111,7 +111,8 @@ class SteadyLoad:
     """`clients` concurrent loops against `base_url` until `stop` is set."""
 
     def __init__(self, base_url: str, model: str, clients: int = 32, max_tokens: int = 24,
-                 timeout_s: float = 120.0, pause_s: float = 0.0) -> None:
+                 timeout_s: float = 120.0, pause_s: float = 0.0,
+                 stream: bool | None = None) -> None:
         if clients < 1 or max_tokens < 1:
             raise ValueError(f"clients and max_tokens must be >= 1, got {clients!r}, "
                              f"{max_tokens!r}")
@@ -121,6 +122,7 @@ class SteadyLoad:
         self.max_tokens = max_tokens
         self.timeout_s = timeout_s
         self.pause_s = pause_s
+        self.stream = stream  # None: three in four requests streamed; else all or none
         self.result = SteadyResult()
         self._count = 0
 
@@ -137,7 +139,7 @@ class SteadyLoad:
         turn = index
         while not stop.is_set():
             kind: Kind = "chat" if turn % 2 else "completions"
-            stream = turn % 4 != 3  # three in four streamed
+            stream = turn % 4 != 3 if self.stream is None else self.stream
             self.result.outcomes.append(await self.one(session, kind, stream))
             turn += 1
             if self.pause_s:

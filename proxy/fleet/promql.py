@@ -27,6 +27,9 @@ REQUESTS = "vllm_cutover_evidence_requests_total"
 TTFT = "vllm_cutover_evidence_ttft_seconds_bucket"
 TPOT = "vllm_cutover_evidence_tpot_seconds_bucket"
 LENGTHS = "vllm_cutover_evidence_output_tokens_bucket"
+# Unstreamed answers' E2E and E2E per completion token (never pooled with TTFT/TPOT).
+E2E_UNSTREAMED = "vllm_cutover_evidence_e2e_unstreamed_seconds_bucket"
+TPOT_UNSTREAMED = "vllm_cutover_evidence_tpot_unstreamed_seconds_bucket"
 SAMPLED = "vllm_cutover_shadow_sampled_total"
 DROPPED = "vllm_cutover_shadow_dropped_total"
 

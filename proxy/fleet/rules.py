@@ -5,22 +5,26 @@ Written into deploy/kubernetes (PrometheusRule, AnalysisTemplate) and deploy/pro
 (a plain rules file) by `python -m proxy.fleet.rules`; a test checks the files match.
 What they cannot do that `vllm-cutover gate` does: latency ratios are judged without the
 Mann-Whitney test (a ratio over its limit fails even when not significant) and output
-lengths are not compared.
+lengths are not compared. Latency is judged per family, streamed (TTFT, TPOT) and
+unstreamed (E2E, E2E per completion token), each only where the traffic has it.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import fields
 from typing import Any
 
 from proxy.compare.gate import GateCriteria
 from proxy.fleet.promql import (
     COMPARISONS,
     DROPPED,
+    E2E_UNSTREAMED,
     REQUESTS,
     SAMPLED,
     SHED_REASONS,
     TPOT,
+    TPOT_UNSTREAMED,
     TTFT,
     Selector,
     parse_selector,
@@ -31,6 +35,15 @@ from proxy.fleet.promql import (
 # person): an inconclusive gate never promotes by itself.
 ARGO_SCHEDULE = {"initialDelay": "5m", "interval": "2m", "count": 5, "failureLimit": 1,
                  "inconclusiveLimit": 0}
+# The latency ratios recorded (p50, p99), streamed and unstreamed, by histogram; and the
+# series that count each family's answers (never pooled: a family without samples on
+# either version is not applicable while the other has some).
+LATENCY_HISTOGRAMS = {"ttft": TTFT, "tpot": TPOT, "e2e_unstreamed": E2E_UNSTREAMED,
+                      "tpot_unstreamed": TPOT_UNSTREAMED}
+FAMILY_COUNTS = {"streamed": TTFT.removesuffix("_bucket") + "_count",
+                 "unstreamed": E2E_UNSTREAMED.removesuffix("_bucket") + "_count"}
+_FAMILY = {"ttft": "streamed", "tpot": "streamed", "e2e_unstreamed": "unstreamed",
+           "tpot_unstreamed": "unstreamed"}
 Z_95 = 1.959964  # two-sided 95 % normal quantile, as the gate's default confidence
 P = "vllm_cutover:"
 
@@ -74,7 +87,11 @@ def recording_rules(selector: Selector, window: str = "30m",
                  f" - (({P}match_rate_upper:new_vs_old:{w} - {P}match_threshold:{w}) < bool 0))"
                  f" and on() ({n} >= {c.min_samples})"},
     ]
-    for metric, series in (("ttft", TTFT), ("tpot", TPOT)):
+    for family, series in FAMILY_COUNTS.items():
+        # Successful answers of the family on either version: 0 makes its ratios n/a.
+        rules.append({"record": f"{P}latency_samples:{family}:{w}",
+                      "expr": inc(series, 'role=~"primary|shadow"')})
+    for metric, series in LATENCY_HISTOGRAMS.items():
         for q, stat in ((0.5, "p50"), (0.99, "p99")):
             def quantile(role: str, q: float = q, series: str = series) -> str:
                 matched = selector.series(series, _eq("role", role))
@@ -107,9 +124,11 @@ def argo_metrics(address: str = "{{args.prometheus-address}}", window: str = "30
     checks: list[tuple[str, str, str, str | None]] = [
         ("match-rate", f"{P}match_check:{window}", f"{some}result[0] == 1",
          f"{some}result[0] == -1")]
-    for name, limit in (("ttft_p50", c.max_ttft_p50_ratio), ("tpot_p50", c.max_tpot_p50_ratio)):
+    for latency in LATENCY_HISTOGRAMS:
+        limit = ratio_limit(c, latency, "p50")
         if limit is not None:
-            checks.append((name.replace("_", "-") + "-ratio", f"{P}{name}_ratio:{window}",
+            checks.append((f"{latency.replace('_', '-')}-p50-ratio",
+                           _applicable_ratio(latency, window),
                            f"{some}result[0] <= {limit:g}", f"{some}result[0] > {limit:g}"))
     checks += [
         ("error-rate", f"{P}error_rate:new:{window} - {P}error_rate:old:{window}",
@@ -124,6 +143,28 @@ def argo_metrics(address: str = "{{args.prometheus-address}}", window: str = "30
         metric["provider"] = {"prometheus": {"address": address, "query": query}}
         metrics.append(metric)
     return metrics
+
+
+def ratio_limit(c: GateCriteria, metric: str, stat: str) -> float | None:
+    """The gate's limit on `metric`'s `stat` ratio; an unstreamed metric without a limit of
+    its own in `GateCriteria` takes its streamed counterpart's (same default, 1.10 at p50)."""
+    own = f"max_{metric}_{stat}_ratio"
+    if any(f.name == own for f in fields(c)):
+        limit: float | None = getattr(c, own)
+        return limit
+    counterpart = {"e2e_unstreamed": "ttft", "tpot_unstreamed": "tpot"}[metric]
+    return ratio_limit(c, counterpart, stat)
+
+
+def _applicable_ratio(metric: str, window: str) -> str:
+    """The ratio while its family (streamed or not) has samples; 0 (a pass: not applicable)
+    while it has none and the other family has some, as the gate judges what the traffic
+    has; nothing (Inconclusive) while neither has."""
+    family = _FAMILY[metric]
+    other = next(f for f in FAMILY_COUNTS if f != family)
+    mine, theirs = f"{P}latency_samples:{family}:{window}", f"{P}latency_samples:{other}:{window}"
+    return (f"({P}{metric}_p50_ratio:{window} and on() ({mine} > 0)) or on()"
+            f" (vector(0) unless on() ({mine} > 0) and on() ({theirs} > 0))")
 
 
 HEADER = "# Generated by `python -m proxy.fleet.rules` from proxy/fleet/rules.py: edit there.\n"

@@ -30,7 +30,14 @@ from proxy.compare.gate import (
 )
 from proxy.compare.stats import LatencySamples
 from proxy.fleet.prometheus import PrometheusClient, Sample
-from proxy.fleet.promql import LENGTHS, TPOT, TTFT, FleetQueries
+from proxy.fleet.promql import (
+    E2E_UNSTREAMED,
+    LENGTHS,
+    TPOT,
+    TPOT_UNSTREAMED,
+    TTFT,
+    FleetQueries,
+)
 
 __all__ = ["FleetEvidence", "fleet_verdict", "histogram_samples", "read_evidence"]
 
@@ -89,6 +96,8 @@ def read_evidence(client: PrometheusClient, queries: FleetQueries) -> FleetEvide
     texts = {"targets": queries.targets(), "comparisons": queries.comparisons(),
              "requests": queries.requests(), "ttft": queries.histogram(TTFT),
              "tpot": queries.histogram(TPOT), "lengths": queries.histogram(LENGTHS),
+             "e2e_unstreamed": queries.histogram(E2E_UNSTREAMED),
+             "tpot_unstreamed": queries.histogram(TPOT_UNSTREAMED),
              "sampled": queries.sampled(), "shed": queries.shed()}
     rows = {name: client.query(text) for name, text in texts.items()}
     up = tuple(sorted(s.labels.get("instance", "?") for s in rows["targets"] if s.value == 1))
@@ -104,13 +113,17 @@ def read_evidence(client: PrometheusClient, queries: FleetQueries) -> FleetEvide
         requests[role] = requests.get(role, 0) + _count(s.value)
         if s.labels["result"] == "error":
             errors[role] = errors.get(role, 0) + _count(s.value)
-    ttft, tpot, lengths = (_by_role(rows[k]) for k in ("ttft", "tpot", "lengths"))
+    ttft, tpot, lengths, whole, whole_per_token = (
+        _by_role(rows[k]) for k in ("ttft", "tpot", "lengths", "e2e_unstreamed",
+                                    "tpot_unstreamed"))
     latency = {role: LatencySamples(
         ttft_s=histogram_samples(ttft.get(role, ())),
         tpot_s=histogram_samples(tpot.get(role, ())),
         output_tokens=tuple(int(v) for v in histogram_samples(lengths.get(role, ()),
-                                                              integer=True)))
-        for role in {*ttft, *tpot, *lengths}}
+                                                              integer=True)),
+        e2e_unstreamed_s=histogram_samples(whole.get(role, ())),
+        tpot_unstreamed_s=histogram_samples(whole_per_token.get(role, ())))
+        for role in {*ttft, *tpot, *lengths, *whole, *whole_per_token}}
     has_baseline = "baseline" in pairs or requests.get("baseline", 0) > 0
     base = pairs.get("baseline", {"match": 0, "diverged": 0})
     new = pairs.get("shadow", {"match": 0, "diverged": 0})

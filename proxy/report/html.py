@@ -118,6 +118,15 @@ def _latency_series(report: Report, metric: str) -> list[Series]:
     return out
 
 
+def _e2e_chart(report: Report) -> str:
+    """Streamed answers' E2E; unstreamed ones' where no answer was streamed (never pooled)."""
+    streamed = _latency_series(report, "e2e")
+    if any(series.values for series in streamed):
+        return cdf_chart("E2E latency CDF", "end-to-end latency (ms)", streamed)
+    return cdf_chart("E2E latency CDF (unstreamed answers)", "end-to-end latency (ms)",
+                     _latency_series(report, "e2e_unstreamed"))
+
+
 def render_html(report: Report, title: str = "vllm-cutover report") -> str:
     gate = report.gate
     positions = [Series("new vs old", report.shadow.first_divergence, COLORS["shadow"])]
@@ -127,7 +136,7 @@ def render_html(report: Report, title: str = "vllm-cutover report") -> str:
         )
     charts = [
         cdf_chart("TTFT CDF", "time to first token (ms)", _latency_series(report, "ttft")),
-        cdf_chart("E2E latency CDF", "end-to-end latency (ms)", _latency_series(report, "e2e")),
+        _e2e_chart(report),
         histogram_chart("First divergence positions", "token index", positions),
     ]
     pair_head = "".join(

@@ -17,6 +17,7 @@ from typing import Any
 from proxy.compare.gate import GateCriteria, GateInputs, Verdict, evaluate
 from proxy.compare.stats import (
     METRICS,
+    UNSTREAMED_METRICS,
     LatencySamples,
     LatencySummary,
     MannWhitney,
@@ -24,7 +25,7 @@ from proxy.compare.stats import (
     ratio,
     wilson_interval,
 )
-from proxy.compare.tally import AdmissionCounts, timed_capture
+from proxy.compare.tally import AdmissionCounts, is_streamed
 from proxy.compare.types import Capture, Comparison, ExchangeRecord
 from proxy.cutover.control import EvidenceWindow
 
@@ -212,6 +213,8 @@ def _lengths(roles: dict[str, RoleSummary], role: str) -> list[float]:
 def _latency_rows(old: LatencySamples, new: LatencySamples) -> tuple[LatencyRow, ...]:
     rows = []
     for metric in METRICS:
+        if metric in UNSTREAMED_METRICS and not (old.metric(metric) or new.metric(metric)):
+            continue  # no unstreamed answer on record: no row of zeros
         o, n = LatencySummary.of(old.metric(metric)), LatencySummary.of(new.metric(metric))
         rows.append(
             LatencyRow(
@@ -228,12 +231,14 @@ def _latency_rows(old: LatencySamples, new: LatencySamples) -> tuple[LatencyRow,
 
 
 def latency_samples(records: Iterable[ExchangeRecord]) -> dict[str, LatencySamples]:
-    """Per-role latency samples: E2E of every answer, TTFT/ITL/TPOT of streamed ones."""
-    by_role: dict[str, list[Capture]] = {}
+    """Per-role latency samples: TTFT/ITL/TPOT/E2E of streamed answers, E2E and E2E per
+    token of unstreamed ones (never pooled)."""
+    by_role: dict[str, tuple[list[Capture], list[Capture]]] = {}
     for record in records:
         for cap in record.captures:
-            by_role.setdefault(cap.role, []).append(timed_capture(record, cap))
-    return {role: LatencySamples.from_captures(caps) for role, caps in by_role.items()}
+            streamed, unstreamed = by_role.setdefault(cap.role, ([], []))
+            (streamed if is_streamed(record, cap) else unstreamed).append(cap)
+    return {role: LatencySamples.from_captures(*caps) for role, caps in by_role.items()}
 
 
 def build_report(

@@ -52,8 +52,10 @@ def pair_line(pair: PairSummary) -> str:
 
 
 def latency_table(rows: tuple[LatencyRow, ...]) -> list[str]:
+    width = max((len(METRIC_LABELS[row.metric]) for row in rows), default=6)
+    width = max(width, 6)
     head = (
-        f"  {'metric':<6} {'n old/new':>11} {'p50 old':>10} {'p50 new':>10} {'x':>6}"
+        f"  {'metric':<{width}} {'n old/new':>11} {'p50 old':>10} {'p50 new':>10} {'x':>6}"
         f" {'p90 old':>10} {'p90 new':>10} {'x':>6} {'p99 old':>10} {'p99 new':>10} {'x':>6}"
         f"  Mann-Whitney"
     )
@@ -63,7 +65,7 @@ def latency_table(rows: tuple[LatencyRow, ...]) -> list[str]:
         if row.test is not None:
             test = f"p={row.test.p_value:.3g} effect={row.test.effect_size:+.2f}"
         lines.append(
-            f"  {METRIC_LABELS[row.metric]:<6} {f'{row.old.n}/{row.new.n}':>11}"
+            f"  {METRIC_LABELS[row.metric]:<{width}} {f'{row.old.n}/{row.new.n}':>11}"
             f" {ms(row.old.p50_s):>10} {ms(row.new.p50_s):>10} {times(row.p50_ratio):>6}"
             f" {ms(row.old.p90_s):>10} {ms(row.new.p90_s):>10} {times(row.p90_ratio):>6}"
             f" {ms(row.old.p99_s):>10} {ms(row.new.p99_s):>10} {times(row.p99_ratio):>6}"

@@ -136,7 +136,8 @@ def test_non_stream_chat_body() -> None:
     builder.on_body(body[:10], 1.2)
     builder.on_body(body[10:], 1.3)
     cap = builder.finish(200, 1.5)
-    assert cap.ttft_s == pytest.approx(0.5) and cap.e2e_s == pytest.approx(0.5)
+    # Timed to the last byte's arrival (1.3), not to when the caller finished (1.5).
+    assert cap.ttft_s == pytest.approx(0.3) and cap.e2e_s == pytest.approx(0.3)
     assert (cap.text, cap.token_ids, cap.output_tokens) == ("hi 👋", (4, 5, 6), 3)
     assert cap.sampled_tokens == ("hi",) and cap.top_logprobs == ({},)
     assert cap.token_char_ends is None  # one body: no per-token arrival offsets

@@ -13,6 +13,7 @@ from proxy.compare.stats import (
     percentile,
     ratio,
     tpot_s,
+    tpot_unstreamed_s,
     wilson_interval,
 )
 from proxy.compare.types import Capture
@@ -109,6 +110,26 @@ def test_tpot_and_samples_from_captures_skip_failures() -> None:
     assert samples.summaries()["ttft"].n == 2
     with pytest.raises(ValueError, match="'nope'"):
         samples.metric("nope")
+
+
+def test_unstreamed_captures_give_their_own_samples() -> None:
+    """E2E and E2E over completion tokens, apart from the streamed samples; failures, no
+    token at all and no E2E give nothing."""
+    assert tpot_unstreamed_s(_cap(e2e_s=0.6, output_tokens=3)) == pytest.approx(0.2)
+    assert tpot_unstreamed_s(_cap(output_tokens=0)) is None
+    assert tpot_unstreamed_s(_cap(output_tokens=None)) is None
+    assert tpot_unstreamed_s(_cap(e2e_s=None)) is None
+    samples = LatencySamples.from_captures(
+        [_cap()],
+        [_cap(ttft_s=None, itl_s=(), e2e_s=0.6, output_tokens=3),
+         _cap(ttft_s=0.9, itl_s=(), e2e_s=0.9, output_tokens=0),  # TTFT of a body: ignored
+         _cap(e2e_s=0.5, status=503), _cap(e2e_s=0.5, cancelled=True)])
+    assert samples.ttft_s == (0.1,) and samples.e2e_s == (0.15,) and samples.itl_s == (0.02, 0.03)
+    assert samples.e2e_unstreamed_s == (0.6, 0.9)
+    assert samples.tpot_unstreamed_s == (pytest.approx(0.2),)
+    assert samples.output_tokens == (3, 3, 0)
+    assert samples.metric("tpot_unstreamed") == samples.tpot_unstreamed_s
+    assert samples.summaries()["e2e_unstreamed"].n == 2
 
 
 def test_ratio() -> None:

@@ -53,7 +53,9 @@ def test_inputs_from_records() -> None:
     assert GateInputs.from_records(records[1:2]).baseline_vs_old is None
 
 
-def test_unstreamed_answers_give_e2e_but_no_per_token_latency() -> None:
+def test_unstreamed_answers_give_their_own_e2e_and_per_token_samples() -> None:
+    """Never pooled: streamed E2E/TPOT from streamed answers only, unstreamed E2E and E2E
+    over completion tokens from unstreamed ones only."""
     unstreamed = replace(META, stream=False)
     records = [
         ExchangeRecord("s", 0.0, META, (_cap("primary"), _cap("shadow")), ()),
@@ -62,5 +64,8 @@ def test_unstreamed_answers_give_e2e_but_no_per_token_latency() -> None:
     ]
     latency = GateInputs.from_records(records).latency
     assert latency["primary"].ttft_s == (0.1,)
-    assert latency["primary"].e2e_s == (0.2, 0.2)
+    assert latency["primary"].e2e_s == (0.2,)
+    assert latency["primary"].e2e_unstreamed_s == (0.2,)
+    assert latency["primary"].tpot_unstreamed_s == (pytest.approx(0.2 / 2),)
     assert len(latency["shadow"].tpot_s) == 1 and latency["shadow"].tpot_s[0] > 0
+    assert latency["primary"].output_tokens == (2, 2)

@@ -197,7 +197,7 @@ def test_promtool_accepts_the_rules():
     done = subprocess.run([promtool, "check", "rules",
                            str(ROOT / "deploy/prometheus/vllm-cutover-rules.yml")],
                           capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0 and "SUCCESS: 15 rules found" in done.stdout, done
+    assert done.returncode == 0 and "SUCCESS: 21 rules found" in done.stdout, done
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl (kustomize) here")

@@ -55,13 +55,15 @@ def fleet(work_dir: Path, primary: str, shadow: str, baseline: str,
             for i in range(count)]
 
 
-def send_traffic(proxies: Sequence[RunningProxy], per_proxy: int = REQUESTS_PER_PROXY) -> None:
-    """Deterministic streamed completions, distinct prompts, four at a time per proxy."""
+def send_traffic(proxies: Sequence[RunningProxy], per_proxy: int = REQUESTS_PER_PROXY,
+                 stream: bool = True) -> None:
+    """Deterministic completions (streamed or not), distinct prompts, four at a time per
+    proxy."""
     def one(job: tuple[RunningProxy, int]) -> None:
         proxy, i = job
         answer = http_request("POST", proxy.url + "/v1/completions", {
             "model": "sim-model", "prompt": f"request {i} to {proxy.url}", "temperature": 0,
-            "max_tokens": 32, "stream": True})
+            "max_tokens": 32, "stream": stream})
         assert answer.status == 200, answer
 
     jobs = [(p, i) for p in proxies for i in range(per_proxy)]

@@ -19,6 +19,7 @@ from proxy.compare.stats import percentile
 from proxy.fleet.prometheus import PrometheusClient
 from proxy.fleet.promql import FleetQueries, parse_selector
 from proxy.fleet.verdict import FleetEvidence, fleet_verdict, read_evidence
+from proxy.store import SqliteStore
 from tests.e2e.servers import free_port
 from tests.fleet.fleet_scene import (
     CRITERIA,
@@ -46,11 +47,11 @@ def sims(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 
 def _judged(prometheus_server: Any, job: str, proxies: list[Any],
-            window: str | None = None) -> tuple[dict[str, Any], FleetEvidence]:
+            window: str | None = None, stream: bool = True) -> tuple[dict[str, Any], FleetEvidence]:
     """Point Prometheus at the fleet, wait for the settled counts, judge it."""
     prometheus_server.set_targets(job, targets(proxies))
     prometheus_server.wait_for_targets(job, len(proxies))
-    send_traffic(proxies)
+    send_traffic(proxies, stream=stream)
     for against in ("shadow", "baseline"):
         prometheus_server.wait_until(
             f'sum(vllm_cutover_comparisons_total{{job="{job}",against="{against}"}}) '
@@ -121,6 +122,36 @@ def test_regressing_fleet(prometheus_server, sims, tmp_path: Path):
         assert phases["match-rate"] == "Failed" and phases["ttft-p50-ratio"] == "Failed"
         assert phases["tpot-p50-ratio"] == "Failed" and phases["coverage"] == "Successful"
         prometheus_server.set_targets("fleet-bad", [])
+
+
+def test_unstreamed_fleet_has_unstreamed_latency_only(prometheus_server, sims, tmp_path: Path):
+    """Clients that never stream: the fleet gives the gate E2E and per-token samples of
+    unstreamed answers (as many as the records, never pooled) and no streamed ones, and
+    every Argo `prometheus` metric succeeds: the streamed ratios are not applicable."""
+    with fleet(tmp_path, sims["old"], sims["new"], sims["baseline"]) as proxies:
+        _, evidence = _judged(prometheus_server, "fleet-unstreamed", proxies, stream=False)
+        _, inputs = merged_records_verdict(proxies)
+        for role in ("primary", "shadow"):
+            ours, theirs = evidence.inputs.latency[role], inputs.latency[role]
+            assert len(theirs.e2e_unstreamed_s) == FLEET == len(ours.e2e_unstreamed_s)
+            assert len(ours.tpot_unstreamed_s) == FLEET == len(theirs.tpot_unstreamed_s)
+            assert ours.ttft_s == ours.tpot_s == theirs.ttft_s == theirs.e2e_s == ()
+            true_p50 = percentile(theirs.tpot_unstreamed_s, 50)
+            assert true_p50 is not None
+            assert percentile(ours.tpot_unstreamed_s, 50) == pytest.approx(true_p50, rel=0.12)
+        for proxy in proxies:  # each sidecar's own store agrees
+            store = SqliteStore(str(proxy.db_path))
+            try:
+                latency = store.aggregates().latency
+            finally:
+                store.close()
+            assert len(latency["shadow"].e2e_unstreamed_s) == REQUESTS_PER_PROXY
+            assert latency["shadow"].ttft_s == latency["shadow"].e2e_s == ()
+        phases = argo_prometheus_phases(prometheus_server, "fleet-unstreamed", tmp_path)
+        assert set(phases) >= {"ttft-p50-ratio", "e2e-unstreamed-p50-ratio",
+                               "tpot-unstreamed-p50-ratio"}
+        assert set(phases.values()) == {"Successful"}, phases
+        prometheus_server.set_targets("fleet-unstreamed", [])
 
 
 def test_empty_scrape_is_inconclusive(prometheus_server):

@@ -94,3 +94,26 @@ def test_read_evidence_sums_into_gate_inputs():
     assert evidence.inputs.admission is not None
     assert (evidence.inputs.admission.eligible, evidence.inputs.admission.mirrored) == (50, 42)
     assert all('job="j"' in q for q in stub.asked)
+
+
+def test_read_evidence_keeps_unstreamed_latency_apart():
+    """Unstreamed-only traffic: the fleet's gate inputs have E2E and per-token samples of
+    unstreamed answers and no streamed ones (never pooled)."""
+    def buckets(role: str, bound: float, count: float) -> list[Sample]:
+        return [Sample({"role": role, "le": str(bound)}, count),
+                Sample({"role": role, "le": "+Inf"}, count)]
+
+    stub = _Stub({
+        "up{": [Sample({"instance": "a"}, 1)],
+        "e2e_unstreamed_seconds": [*buckets("primary", 0.5, 40),
+                                   *buckets("shadow", 0.5, 40)],
+        "tpot_unstreamed_seconds": [*buckets("primary", 0.02, 40),
+                                    *buckets("shadow", 0.02, 38)],
+    })
+    evidence = read_evidence(stub, FleetQueries(parse_selector('{job="j"}')))  # type: ignore[arg-type]
+    for role, per_token in (("primary", 40), ("shadow", 38)):
+        samples = evidence.inputs.latency[role]
+        assert len(samples.e2e_unstreamed_s) == 40 and max(samples.e2e_unstreamed_s) <= 0.5
+        assert len(samples.tpot_unstreamed_s) == per_token
+        assert samples.ttft_s == samples.tpot_s == samples.e2e_s == ()
+    assert any("e2e_unstreamed_seconds_bucket" in q for q in stub.asked)

@@ -93,7 +93,14 @@ def test_per_token_latency_only_from_streamed_answers(
         replace(r, meta=replace(r.meta, stream=i % 2 == 0)) for i, r in enumerate(records_of(40))
     ]
     samples = latency_samples(records)["primary"]
-    assert len(samples.e2e_s) == 40 and len(samples.ttft_s) == 20
+    assert len(samples.e2e_s) == 20 and len(samples.ttft_s) == 20  # streamed only
     assert len(samples.itl_s) == 20 * 19 and min(samples.tpot_s) > 0
+    assert len(samples.e2e_unstreamed_s) == 20 == len(samples.tpot_unstreamed_s)
+    unstreamed = [c for r in records if not r.meta.stream for c in r.captures
+                  if c.role == "primary"]
+    assert sorted(samples.e2e_unstreamed_s) == sorted(c.e2e_s for c in unstreamed)
+    assert sorted(samples.tpot_unstreamed_s) == sorted(
+        c.e2e_s / c.output_tokens for c in unstreamed)  # type: ignore[operator]
     baseline_unstreamed = [replace(r, extra={"baseline_streamed": False}) for r in records]
-    assert latency_samples(baseline_unstreamed)["baseline"].ttft_s == ()
+    baseline = latency_samples(baseline_unstreamed)["baseline"]
+    assert baseline.ttft_s == () and len(baseline.e2e_unstreamed_s) == 40

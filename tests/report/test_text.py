@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -42,3 +43,20 @@ def test_text_and_json_say_how_many_sampled_requests_were_shed_and_why(
     assert document["admission"]["shed"] == {"overload": 30, "worker_busy": 9}
     assert document["admission"]["drop_rate"] == 39 / 40
     assert "Mirrored" not in render_text(build_report(records))  # nothing counted: no line
+
+
+def test_unstreamed_rows_only_when_there_are_unstreamed_answers(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    streamed = records_of(count=60)
+    text = render_text(build_report(streamed))
+    assert "unstreamed" not in text
+    assert "unstreamed" not in json.dumps(report_json(build_report(streamed))["latency"])
+    mixed = [replace(r, meta=replace(r.meta, stream=i % 3 != 0)) for i, r in enumerate(streamed)]
+    report = build_report(mixed)
+    lines = render_text(report).splitlines()
+    row = next(line for line in lines if line.strip().startswith("TPOT (unstreamed)"))
+    head = next(line for line in lines if line.strip().startswith("metric"))
+    assert "20/20" in row and head.index("n old/new") + len("n old/new") == row.index("20/20") + 5
+    doc = report_json(report)["latency"]
+    assert doc["e2e_unstreamed"]["old"]["n"] == 20 and doc["ttft"]["old"]["n"] == 40
