@@ -42,6 +42,6 @@ def test_counts_are_raw_without_a_window_and_increases_with_one():
 
 
 def test_shed_reasons_are_the_ones_admission_counts():
-    source = "".join(p.read_text() for p in (ROOT / "proxy" / "mirror").glob("*.py"))
+    source = "".join(p.read_text() for p in (ROOT / "proxy" / "mirror").rglob("*.py"))
     found = set(re.findall(r'shed\([\w.]+, "(\w+)"', source))
     assert found == set(SHED_REASONS)
