@@ -28,7 +28,8 @@ from proxy.cutover.model import (
 from proxy.cutover.phases import Step
 from proxy.cutover.steps import Observation, Probe, Wait
 
-__all__ = ["CommandRefused", "CutoverRunning", "advance", "begin", "command", "needs"]
+__all__ = ["CommandRefused", "CutoverRunning", "advance", "begin", "command", "needs",
+           "refuse_over_pending"]
 
 _HANDLERS: dict[Phase, Callable[[CutoverState, Observation, float], Step]] = {
     Phase.BACKING_UP: phases.backing_up,
@@ -78,7 +79,9 @@ def begin(spec: CutoverSpec, cutover_id: str, old: Endpoint, now: float,
 
 def command(state: CutoverState, cmd: Command) -> CutoverState:
     """`state` with `cmd` pending (acted on by the next step); CommandRefused when it does
-    not apply now. A later command replaces a pending one."""
+    not apply now. The first accepted command wins: a different one while it is pending is
+    refused, naming it (an abort answered "pending" must end in `aborted`)."""
+    refuse_over_pending(state.id, state.pending, cmd)
     phase = state.phase
     if cmd == "rollback":
         if phase.promoted and not state.old.removed:
@@ -107,6 +110,13 @@ def command(state: CutoverState, cmd: Command) -> CutoverState:
     elif phase.promoted:
         raise CommandRefused(f"cutover {state.id} is {phase.value}: already promoted")
     raise CommandRefused(f"cutover {state.id} is {phase.value}: {cmd} does not apply")
+
+
+def refuse_over_pending(cutover_id: str, pending: Command | None, cmd: Command) -> None:
+    """CommandRefused when `pending` (accepted, not yet acted on) differs from `cmd`."""
+    if pending is not None and pending != cmd:
+        raise CommandRefused(f"cutover {cutover_id}: {pending} is pending (accepted first); "
+                             f"{cmd} is refused until it has been acted on")
 
 
 def needs(state: CutoverState) -> frozenset[Probe]:

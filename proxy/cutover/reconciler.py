@@ -64,7 +64,8 @@ class Reconciler:
 
     def deliver(self, cmd: Command) -> CutoverState:
         """The state as it will be with `cmd` pending; machine.CommandRefused if it does
-        not apply."""
+        not apply, or when a different command delivered before it is still pending."""
+        machine.refuse_over_pending(self.state.id, self._mail, cmd)
         pending = machine.command(self.state, cmd)
         self._mail = cmd
         self._wake.set()
