@@ -2,7 +2,8 @@
 commands, status, and resuming a persisted cutover when the proxy starts.
 
 One cutover at a time per proxy. `open()` reads the state file's "cutover" section and
-resumes a cutover that had not ended; `close()` stops stepping (the state stays on disk).
+resumes a cutover that had not ended (StateFileError, naming the field, for one it cannot
+read); `close()` stops stepping (the state stays on disk).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from proxy.cutover.reconciler import SECTION, Reconciler
 from proxy.cutover.spec import DEFAULT_SHUTDOWN_GRACE_S, grace_from_command
 from proxy.cutover.status import status_json
 from proxy.cutover.warmup import ProbeError, served_models, vllm_version
-from proxy.statefile import StateFile
+from proxy.statefile import StateFile, StateFileError
 from proxy.tasks import start_task
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,6 @@ class CutoverService:
         self._reconciler: Reconciler | None = None
         self._task: asyncio.Task[None] | None = None
         self._start_lock = asyncio.Lock()
-        self.load_error: str | None = None
 
     @property
     def state(self) -> CutoverState | None:
@@ -75,10 +75,12 @@ class CutoverService:
             return
         try:
             state = CutoverState.from_json(data)
-        except StateError as exc:  # starting another over it could fight a lost one
-            self.load_error = f"the persisted cutover cannot be read: {exc}"
-            log.error("%s", self.load_error)
-            return
+        except StateError as exc:
+            # Not resumable: the start stops (the CLI exits 2). Serving on the routes alone
+            # while containers of a lost cutover may run, or starting another over it,
+            # could fight the lost one; the operator decides.
+            raise StateFileError(f"state file {self._statefile.path!r}: the persisted "
+                                 f"cutover cannot be read: {exc}") from exc
         self._reconciler = self._make(state)
         if not state.phase.terminal:
             log.info("resuming cutover %s in phase %s", state.id, state.phase.value)
@@ -106,8 +108,6 @@ class CutoverService:
         data = status_json(self.state, routes, self._clock())
         if self._reconciler is not None and self._reconciler.mail is not None:
             data.update(pending=self._reconciler.mail, terminal=False)
-        if self.load_error:
-            data["error"] = self.load_error
         return data
 
     def command(self, cmd: Command) -> CutoverState:
@@ -122,8 +122,6 @@ class CutoverService:
         """Check everything, persist the first state, start stepping; StartRefused (and
         nothing changed) otherwise."""
         async with self._start_lock:
-            if self.load_error:
-                raise StartRefused(409, self.load_error)
             try:
                 machine.begin(spec, "check", Endpoint(url="http://check"), 0.0, self.state)
             except machine.CutoverRunning as exc:
