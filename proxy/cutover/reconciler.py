@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from proxy.cutover import machine
+from proxy.cutover.backoff import Backoff, LogThrottle
 from proxy.cutover.control import ProxyControl, RouteConflict
 from proxy.cutover.driver import LABEL_CUTOVER, ContainerDriver, EngineUnavailable, NotFound
 from proxy.cutover.model import Command, CutoverState
@@ -61,6 +62,11 @@ class Reconciler:
         self._wake = asyncio.Event()
         self._failure: ActionFailure | None = None
         self._saved_bytes: int | None = None
+        # A step the state file did not take is retried after a growing delay, even with
+        # a command waiting (it must be persisted before it is acted on).
+        self._unwritten = Backoff(first_s=tick_s, max_s=max(30.0, tick_s))
+        self._quiet = LogThrottle(log)
+        self._write_failed = False
 
     def deliver(self, cmd: Command) -> CutoverState:
         """The state as it will be with `cmd` pending; machine.CommandRefused if it does
@@ -84,6 +90,10 @@ class Reconciler:
         while self.busy:
             phase = self.state.phase
             action = await self.step()
+            if self._write_failed:
+                await asyncio.sleep(self._unwritten.next_delay())
+                continue
+            self._unwritten.reset()
             if isinstance(action, Wait) and self.state.phase is phase:
                 await self._sleep()
         log.info("cutover %s ended: %s", self.state.id, self.state.phase.value)
@@ -98,11 +108,14 @@ class Reconciler:
                 state = replace(state, note=str(exc))
         obs = await self._observe(state)
         nxt, action = machine.advance(state, obs, self._clock())
+        self._write_failed = False
         if nxt != self.state:
             try:
                 await asyncio.to_thread(self._statefile.put, SECTION, nxt.to_json())
             except OSError as exc:  # acting on a step the file does not hold could repeat
-                log.error("cutover %s: state file not written: %s", nxt.id, exc)
+                self._write_failed = True
+                self._quiet.log(logging.ERROR, "state file", "cutover %s: state file not "
+                                "written (retried with back-off): %s", nxt.id, exc)
                 self.state = replace(self.state, note=f"state file not written: {exc}")
                 return Wait()
             if nxt.phase is not self.state.phase:
@@ -213,7 +226,11 @@ class Reconciler:
         except (RouteConflict, EngineUnavailable) as exc:
             self._failure = ActionFailure(type(action).__name__, str(exc), transient=True)
         except Exception as exc:  # the machine decides what a failed action means
-            log.warning("cutover %s: %s failed: %s", state.id, type(action).__name__, exc,
-                        exc_info=not isinstance(exc, (RuntimeError, OSError, ValueError)))
+            if not isinstance(exc, (RuntimeError, OSError, ValueError)):
+                log.warning("cutover %s: %s failed", state.id, type(action).__name__,
+                            exc_info=True)
+            else:
+                self._quiet.log(logging.WARNING, type(action).__name__, "cutover %s: %s "
+                                "failed: %s", state.id, type(action).__name__, exc)
             self._failure = ActionFailure(type(action).__name__, str(exc),
                                           transient=isinstance(action, SetRoutes))

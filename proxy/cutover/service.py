@@ -138,7 +138,11 @@ class CutoverService:
                 raise StartRefused(503, str(exc)) from exc
             except DriverError as exc:
                 raise StartRefused(500, str(exc)) from exc
-            await asyncio.to_thread(self._statefile.put, SECTION, state.to_json())
+            try:
+                await asyncio.to_thread(self._statefile.put, SECTION, state.to_json())
+            except OSError as exc:  # disk full, read-only: nothing was started
+                raise StartRefused(503, f"cutover not started: the state file cannot be "
+                                        f"written: {exc}") from exc
             self._reconciler = self._make(state)
             self._ensure_running()
             log.info("cutover %s started: %s", state.id, state.history[0].reason)
