@@ -28,8 +28,8 @@ from proxy.cutover.model import (
 from proxy.cutover.phases import Step
 from proxy.cutover.steps import Observation, Probe, Wait
 
-__all__ = ["CommandRefused", "CutoverRunning", "advance", "begin", "command", "needs",
-           "refuse_over_pending"]
+__all__ = ["CommandRefused", "CutoverRunning", "advance", "begin", "command",
+           "ensure_can_begin", "needs", "refuse_over_pending"]
 
 _HANDLERS: dict[Phase, Callable[[CutoverState, Observation, float], Step]] = {
     Phase.BACKING_UP: phases.backing_up,
@@ -54,13 +54,18 @@ class CommandRefused(RuntimeError):
     what would)."""
 
 
+def ensure_can_begin(current: CutoverState | None) -> None:
+    """CutoverRunning while `current` has not ended (one cutover at a time per proxy)."""
+    if current is not None and not current.phase.terminal:
+        raise CutoverRunning(f"cutover {current.id} is still {current.phase.value}; wait for "
+                             "it to end, or abort / roll it back first")
+
+
 def begin(spec: CutoverSpec, cutover_id: str, old: Endpoint, now: float,
           current: CutoverState | None, served_models: tuple[str, ...] = (),
           baseline_url: str | None = None, shutdown_grace_s: float = 30.0) -> CutoverState:
     """A new cutover's first state; CutoverRunning while `current` has not ended."""
-    if current is not None and not current.phase.terminal:
-        raise CutoverRunning(f"cutover {current.id} is still {current.phase.value}; wait for "
-                             "it to end, or abort / roll it back first")
+    ensure_can_begin(current)
     new = Endpoint(url=spec.new_url) if spec.new_url is not None else None
     if spec.backup_image is not None:
         first = Phase.BACKING_UP

@@ -29,6 +29,7 @@ from proxy.cutover.status import status_json
 from proxy.cutover.warmup import ProbeError, served_models, vllm_version
 from proxy.statefile import StateFile, StateFileError
 from proxy.tasks import start_task
+from proxy.urls import role_conflicts
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,10 @@ class StartRefused(RuntimeError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class MeaninglessSetup(ValueError):
+    """Roles that make the evidence meaningless (new is old, the baseline is new)."""
 
 
 class CutoverService:
@@ -63,6 +68,7 @@ class CutoverService:
         self._reconciler: Reconciler | None = None
         self._task: asyncio.Task[None] | None = None
         self._start_lock = asyncio.Lock()
+        self.warnings: tuple[str, ...] = ()  # about the setup of the last start
 
     @property
     def state(self) -> CutoverState | None:
@@ -106,6 +112,8 @@ class CutoverService:
         except RuntimeError:  # status must answer even when the router cannot
             routes = None
         data = status_json(self.state, routes, self._clock())
+        if self.warnings:
+            data["warnings"] = list(self.warnings)
         if self._reconciler is not None and self._reconciler.mail is not None:
             data.update(pending=self._reconciler.mail, terminal=False)
         return data
@@ -123,7 +131,7 @@ class CutoverService:
         nothing changed) otherwise."""
         async with self._start_lock:
             try:
-                machine.begin(spec, "check", Endpoint(url="http://check"), 0.0, self.state)
+                machine.ensure_can_begin(self.state)
             except machine.CutoverRunning as exc:
                 raise StartRefused(409, str(exc)) from exc
             if spec.needs_driver and self.driver is None:
@@ -134,6 +142,8 @@ class CutoverService:
                 raise StartRefused(404 if isinstance(exc, NotFound) else 502, str(exc)) from exc
             except Conflict as exc:
                 raise StartRefused(409, str(exc)) from exc
+            except MeaninglessSetup as exc:
+                raise StartRefused(400, str(exc)) from exc
             except EngineUnavailable as exc:
                 raise StartRefused(503, str(exc)) from exc
             except DriverError as exc:
@@ -155,8 +165,14 @@ class CutoverService:
         if old_url != routes.primary:
             raise Conflict(f"the proxy's primary is {routes.primary!r}, not old_url "
                            f"{old_url!r}: a cutover replaces the backend that serves")
-        if spec.new_url is not None and spec.new_url == old_url:
-            raise Conflict(f"new_url {spec.new_url!r} is the primary itself")
+        errors, warnings = await asyncio.to_thread(
+            role_conflicts, old_url, spec.new_url, spec.baseline_url or routes.baseline,
+            ("primary (old)", "new_url", "baseline_url"))
+        if errors:  # nothing the cutover would measure could mean anything
+            raise MeaninglessSetup("; ".join(errors))
+        for warning in warnings:
+            log.warning("cutover start: %s", warning)
+        self.warnings = tuple(warnings)
         old = Endpoint(url=old_url)
         grace = spec.shutdown_grace_s
         driver = self.driver

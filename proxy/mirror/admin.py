@@ -8,6 +8,7 @@ token those endpoints refuse every caller.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -35,6 +36,7 @@ from proxy.mirror.listener import track_requests
 from proxy.mirror.load import LoopLoad
 from proxy.mirror.remote import RemoteMirror
 from proxy.mirror.route_state import ROUTE_KEYS, routes_from_json
+from proxy.urls import role_conflicts
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +109,15 @@ async def put_routes(request: web.Request) -> web.Response:
         body = await _json_object(request, {*ROUTE_KEYS, "expect_version"})
         expect = _expected_version(request, body)
         routes = routes_from_json(body, _main(request)[ROUTER_KEY].routes.as_config())
-        return json_answer(redacted_view(control.set_routes(routes.primary, routes.shadow,
-                                                      routes.baseline, expect)))
+        errors, warnings = await asyncio.to_thread(role_conflicts, routes.primary,
+                                                   routes.shadow, routes.baseline)
+        if errors:  # the evidence would mean nothing: refused, nothing changed
+            return json_error(400, "; ".join(errors))
+        view = redacted_view(control.set_routes(routes.primary, routes.shadow,
+                                                routes.baseline, expect))
+        for warning in warnings:
+            log.warning("routes changed: %s", warning)
+        return json_answer({**view, "warnings": warnings} if warnings else view)
     except RouteConflict as exc:
         return _conflict(exc, control)
     except ValueError as exc:  # ConfigError included

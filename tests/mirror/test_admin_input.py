@@ -102,3 +102,24 @@ async def test_a_malformed_flagger_body_is_never_echoed(admin_port: int,
     status, headers, payload = await _raw(admin_port, head, json.dumps(body).encode())
     _json_error(status, headers, payload, 400)
     assert b"s3cret" not in payload
+
+
+async def _put_routes(port: int, body: dict[str, Any]) -> tuple[int, Any]:
+    head = (f"PUT /admin/routes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/json\r\n").encode()
+    status, _, payload = await _raw(port, head, json.dumps(body).encode())
+    return status, json.loads(payload)
+
+
+async def test_routes_whose_evidence_means_nothing_are_refused(admin_port: int) -> None:
+    _, before = await _put_routes(admin_port, {"expect_version": 999})
+    status, answer = await _put_routes(admin_port, {"shadow": "http://localhost:9"})
+    assert status == 400 and "is the primary 'http://127.0.0.1:9'" in answer["error"]["message"]
+    status, answer = await _put_routes(admin_port, {"baseline": "http://LOCALHOST:10/"})
+    assert status == 400 and "is the shadow (new)" in answer["error"]["message"]
+    head = b"GET /admin/routes HTTP/1.1\r\nHost: x\r\n"
+    routes = json.loads((await _raw(admin_port, head))[2])
+    assert routes["shadow"] == "http://127.0.0.1:10" and routes["baseline"] is None
+    status, answer = await _put_routes(admin_port, {"baseline": "http://localhost:9"})
+    assert status == 200 and "within one engine" in answer["warnings"][0]
+    assert before["error"]  # the 409 of a stale version, not a change
