@@ -129,7 +129,7 @@ def needs(state: CutoverState) -> frozenset[Probe]:
     phase = state.phase
     wanted: set[Probe]
     if state.pending == "rollback" or phase is Phase.ROLLING_BACK:
-        wanted = {"routes", "old", "old_health", "inflight", "new"}
+        wanted = {"routes", "old", "old_health", "old_identity", "inflight", "new"}
     elif state.pending in ("abort", "force_promote") or phase is Phase.STARTING_NEW:
         # a forced promotion skips the gate: evaluating it would only delay the switch
         wanted = {"routes", "new"}
@@ -137,8 +137,10 @@ def needs(state: CutoverState) -> frozenset[Probe]:
         wanted = {"routes"}
     elif phase is Phase.WARMING:
         wanted = {"routes", "new", "warmup"}
-    elif phase in (Phase.SHADOWING, Phase.POST_PROMOTION):
+    elif phase is Phase.SHADOWING:
         wanted = {"routes", "gate", "new"}
+    elif phase is Phase.POST_PROMOTION:  # old is the shadow: where it is, before mirroring
+        wanted = {"routes", "gate", "new", "old"}
     elif phase is Phase.DRAINING_OLD:
         wanted = {"routes", "inflight", "old"}
     elif phase is Phase.ABORTING:

@@ -61,18 +61,22 @@ class Endpoint:
     image: str | None = None
     vllm_version: str | None = None
     removed: bool = False  # its container was removed by the cutover
+    # The Docker network whose IP `url` uses: the address is re-read from the container
+    # (by id) before clients or mirrors go there, as a restart may give it another IP.
+    network: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"url": self.url, "container": self.container_id, "name": self.name,
                 "image": self.image, "vllm_version": self.vllm_version,
-                "removed": self.removed}
+                "removed": self.removed, "network": self.network}
 
     @classmethod
     def from_json(cls, data: Any, where: str = "endpoint") -> Endpoint:
         f = Fields(data, where)
         return cls(url=f.required_text("url"), container_id=f.text("container"),
                    name=f.text("name"), image=f.text("image"),
-                   vllm_version=f.text("vllm_version"), removed=f.flag("removed"))
+                   vllm_version=f.text("vllm_version"), removed=f.flag("removed"),
+                   network=f.text("network"))
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,8 @@ class CutoverState:
     analysis_since_unix: float | None = None  # evidence counts from here (shadowing + delay)
     gate_failures: int = 0  # consecutive failing gate evaluations
     backup_bytes: int | None = None
+    mirror_off: str | None = None  # why mirroring to old stopped after the promotion
+    removing_new: str | None = None  # "NAME (STATE)" of the new container being removed
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -149,7 +155,8 @@ class CutoverState:
             "rollback_started_unix": self.rollback_started_unix,
             "rollback_s": self.rollback_s, "backup_bytes": self.backup_bytes,
             "analysis_since_unix": self.analysis_since_unix,
-            "gate_failures": self.gate_failures,
+            "gate_failures": self.gate_failures, "mirror_off": self.mirror_off,
+            "removing_new": self.removing_new,
             # What `vllm-cutover report --state-file` reads: this cutover's records only.
             "evidence": self.evidence.to_json() if self.evidence is not None else None,
         }
@@ -208,6 +215,7 @@ class CutoverState:
             analysis_since_unix=num("analysis_since_unix", minimum=0),
             gate_failures=f.integer("gate_failures") or 0,
             backup_bytes=f.integer("backup_bytes", default=None),
+            mirror_off=f.text("mirror_off"), removing_new=f.text("removing_new"),
         )
 
     def moved(self, to: Phase, reason: str, now: float, **changes: Any) -> CutoverState:

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from proxy.cutover import machine
+from proxy.cutover.addressing import current_url
 from proxy.cutover.backoff import Backoff, LogThrottle
 from proxy.cutover.control import ProxyControl, RouteConflict
 from proxy.cutover.driver import LABEL_CUTOVER, ContainerDriver, EngineUnavailable, NotFound
@@ -34,7 +35,7 @@ from proxy.cutover.steps import (
     StopContainer,
     Wait,
 )
-from proxy.cutover.warmup import healthy, probe_ready
+from proxy.cutover.warmup import engine_identity, healthy, probe_ready
 from proxy.statefile import StateFile
 
 log = logging.getLogger(__name__)
@@ -188,16 +189,25 @@ class Reconciler:
                                                      state.served_models))
         old_info = found.get("old")
         old_down = "old" in seen and (old_info is None or old_info.state != "running")
-        if "old_health" in wanted and not old_down:
+        # Where old is now: its address re-read from the container (by id), never the one
+        # recorded, which another container may hold after a restart.
+        old_url: str | None = state.old.url
+        if "old" in seen:
+            old_url = None if old_down or old_info is None else current_url(
+                state.old.url, state.old.network, old_info)
+        if "old_health" in wanted and old_url is not None:
             # A stopped container's address has no host behind it: a probe would hang
             # for its whole timeout before the rollback could start the container.
-            await look("old_health", lambda: healthy(self._session, state.old.url))
+            await look("old_health", lambda: healthy(self._session, old_url))
+        if "old_identity" in wanted and old_url is not None and found.get("old_health"):
+            await look("old_identity", lambda: engine_identity(self._session, old_url))
         return Observation(
             seen=frozenset(seen), routes=found.get("routes"),
             inflight=found.get("inflight") or {}, gate=found.get("gate"),
             old=found.get("old"), new=new_info, new_url=found.get("new_url"),
             new_logs=found.get("new_logs"), warmup=found.get("warmup"),
-            old_healthy=bool(found.get("old_health")), failure=self._failure,
+            old_healthy=bool(found.get("old_health")), old_url=old_url,
+            old_identity=found.get("old_identity"), failure=self._failure,
             saved_bytes=self._saved_bytes, problems=tuple(problems))
 
     async def _perform(self, action: Action) -> None:

@@ -20,6 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.cutover import machine
+from proxy.cutover.addressing import network_of
 from proxy.cutover.control import ProxyControl
 from proxy.cutover.driver import Conflict, ContainerDriver, DriverError, EngineUnavailable, NotFound
 from proxy.cutover.model import Command, CutoverSpec, CutoverState, Endpoint, StateError
@@ -180,7 +181,8 @@ class CutoverService:
             info = await asyncio.to_thread(driver.find, spec.old)
             if info.state != "running":
                 raise Conflict(f"the old container {info.name} is {info.state}, not running")
-            old = replace(old, container_id=info.id, name=info.name, image=info.image)
+            old = replace(old, container_id=info.id, name=info.name, image=info.image,
+                          network=network_of(info, old_url))
             if grace is None:
                 grace = grace_from_command(info.entrypoint + info.command)
             if spec.new_image is not None:
