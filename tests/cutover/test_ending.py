@@ -9,8 +9,8 @@ import pytest
 from proxy.cutover.machine import CommandRefused, advance, command, needs
 from proxy.cutover.model import Phase
 from proxy.cutover.steps import RemoveContainer, SetRoutes, StartContainer, Wait
-from tests.cutover.states import NEW_URL, OLD_URL, T0, container, gate, obs, routes, state_in
 from tests.cutover import states
+from tests.cutover.states import NEW_URL, OLD_URL, T0, container, gate, obs, routes, state_in
 
 OLD_RUNNING = container("old-id-0001")
 OLD_EXITED = container("old-id-0001", "exited", exit_code=0)
