@@ -101,3 +101,15 @@ def current_url(url: str, network: str | None, info: ContainerInfo) -> str | Non
     if attachment is None or not attachment.ip:
         return None
     return _with_host_port(url, attachment.ip, urlsplit(url).port)
+
+
+def reaches(info: ContainerInfo, url: str) -> bool:
+    """Whether `url` reaches container `info`: by its name, id or alias, its IP on one of
+    its networks, or one of its published ports (the container's identity, whichever
+    address a URL uses)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or _default_port(parts.scheme)
+    if host in _names(info) or any(a.ip == host for a in info.networks.values() if a.ip):
+        return True
+    return _published_port(info, host, port) is not None

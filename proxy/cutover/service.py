@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.cutover import machine
-from proxy.cutover.addressing import network_of
+from proxy.cutover.addressing import network_of, reaches
 from proxy.cutover.control import ProxyControl
 from proxy.cutover.driver import Conflict, ContainerDriver, DriverError, EngineUnavailable, NotFound
 from proxy.cutover.model import Command, CutoverSpec, CutoverState, Endpoint, StateError
@@ -183,6 +183,9 @@ class CutoverService:
                 raise Conflict(f"the old container {info.name} is {info.state}, not running")
             old = replace(old, container_id=info.id, name=info.name, image=info.image,
                           network=network_of(info, old_url))
+            if spec.new_url is not None and reaches(info, spec.new_url):
+                raise MeaninglessSetup(f"the new_url {spec.new_url!r} reaches the old "
+                                       f"container {info.name} ({info.id[:12]}) itself")
             if grace is None:
                 grace = grace_from_command(info.entrypoint + info.command)
             if spec.new_image is not None:

@@ -109,3 +109,14 @@ async def test_a_baseline_that_is_the_primary_starts_with_a_warning(world: World
     await svc.start(CutoverSpec(**adopt, new_url=world.new_url,
                                 baseline_url=world.old_url.replace("127.0.0.1", "localhost")))
     assert "within one engine" in svc.status()["warnings"][0]
+
+
+async def test_a_new_url_reaching_the_old_container_itself_is_a_400(world: World) -> None:
+    """Another address of the same container (its name where the primary uses a published
+    port): the container id tells, not the URL."""
+    svc = await world.service()
+    spec = {k: v for k, v in FAST.items() if k != "new_image"}
+    with pytest.raises(StartRefused) as info:
+        await svc.start(CutoverSpec(**spec, new_url="http://vllm-old:8000"))
+    assert info.value.status == 400 and "reaches the old container vllm-old" in str(info.value)
+    _untouched(world)
