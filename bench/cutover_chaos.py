@@ -83,8 +83,9 @@ def small_tmpfs(size: str = "512k") -> Iterator[Path]:
 
 
 def fill(directory: Path) -> Path:
+    """Fill the file system of `directory` with one file (ENOSPC ends the writing)."""
     filler = directory / "filler"
-    with open(filler, "wb") as f, contextlib.suppress(OSError):
+    with contextlib.suppress(OSError), open(filler, "wb") as f:
         while True:
             f.write(b"\0" * 4096)
             f.flush()
@@ -147,7 +148,7 @@ def run(cutovers: int, seed: int) -> dict[str, Any]:
                 elif fault == "disk_full":
                     filler = fill(state_dir)
                     time.sleep(3.0)
-                    filler.unlink()
+                    filler.unlink(missing_ok=True)
                 elif fault == "new_killed":
                     new.kill()
                 status = wait_end(client, 180)

@@ -50,15 +50,17 @@ def subnet_stack(docker_client: Any, cutover_images: ImageBuilder,
     sim = cutover_images.sim()
     docker_client.images.get(sim).tag("vllm-cutover-test/sim", "new")
     tag = uuid.uuid4().hex[:8]
-    octet = int(tag[:2], 16) % 200 + 20
+    octet = int(tag[:2], 16) % 200 + 20  # a subnet of its own, so others may take `--ip`
     ipam = docker.types.IPAMConfig(pool_configs=[
         docker.types.IPAMPool(subnet=f"172.31.{octet}.0/24")])
     network = docker_client.networks.create(f"cutover-id-{tag}", ipam=ipam)
-    old_ip = f"172.31.{octet}.10"
+    # old gets its address from the daemon (a static one would be insisted on at restart)
     old = docker_client.containers.create(
         sim, SIM_ARGS, name=f"vllm-old-{tag}", labels={"fleet": tag}, shm_size="256m")
-    network.connect(old, ipv4_address=old_ip)
+    network.connect(old)
     old.start()
+    old.reload()
+    old_ip = old.attrs["NetworkSettings"]["Networks"][network.name]["IPAddress"]
     old_url = f"http://{old_ip}:8000"
     wait_http(old_url + "/health")
     others: list[Any] = []
