@@ -31,6 +31,9 @@ def post_promotion(state: CutoverState, obs: Observation, now: float) -> Step:
     new_url = state.new.url
     if (gone := new_gone(state, obs)) is not None:
         return rollback(state, f"{gone} after the promotion", now)
+    if obs.new_healthy is False:  # adopt mode: no container, its /health is what tells
+        return rollback(state, f"the new backend {new_url} stopped answering /health after "
+                        "the promotion", now)
     if state.mirror_off is None and (moved := _old_moved(state, obs)) is not None:
         state = replace(state, mirror_off=f"{moved}: no more mirroring to "
                                           f"{state.old.url}, whoever holds it now")

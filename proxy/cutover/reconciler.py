@@ -199,6 +199,9 @@ class Reconciler:
             # A stopped container's address has no host behind it: a probe would hang
             # for its whole timeout before the rollback could start the container.
             await look("old_health", lambda: healthy(self._session, old_url))
+        if "new_health" in wanted and state.new is not None:
+            new_base = state.new.url
+            await look("new_health", lambda: healthy(self._session, new_base))
         if "old_identity" in wanted and old_url is not None and found.get("old_health"):
             await look("old_identity", lambda: engine_identity(self._session, old_url))
         return Observation(
@@ -208,6 +211,7 @@ class Reconciler:
             new_logs=found.get("new_logs"), warmup=found.get("warmup"),
             old_healthy=bool(found.get("old_health")), old_url=old_url,
             old_identity=found.get("old_identity"), failure=self._failure,
+            new_healthy=found.get("new_health") if "new_health" in seen else None,
             saved_bytes=self._saved_bytes, problems=tuple(problems))
 
     async def _perform(self, action: Action) -> None:

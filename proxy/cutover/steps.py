@@ -15,7 +15,7 @@ from proxy.cutover.driver import ContainerInfo, NewContainerPlan
 
 # What the reconciler may be asked to look at before a step.
 Probe = Literal["routes", "inflight", "gate", "old", "new", "new_logs", "warmup", "old_health",
-                "old_identity"]
+                "old_identity", "new_health"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class Observation:
     old_healthy: bool = False
     old_url: str | None = None  # where old is now (its container's current address)
     old_identity: Identity | None = None  # who answers at old_url
+    new_healthy: bool | None = None  # adopt mode: new's /health (None: not probed)
     failure: ActionFailure | None = None  # of the action asked by the previous step
     saved_bytes: int | None = None  # SaveImage's result
     problems: tuple[str, ...] = ()  # probes that failed, for the status note

@@ -82,4 +82,6 @@ def obs(**fields: Any) -> Observation:
             fields.setdefault("old_identity", OLD_IDENTITY)
     if fields.get("old_identity") is not None:
         seen.add("old_identity")
+    if fields.get("new_healthy") is not None:
+        seen.add("new_health")
     return Observation(seen=frozenset(seen), **fields)

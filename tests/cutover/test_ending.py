@@ -132,3 +132,16 @@ def test_a_created_container_past_the_deadline_is_said_created_and_removed() -> 
     s3, _ = advance(s1, obs(routes=routes(), new=None), T0 + 63)
     assert s3.phase is Phase.FAILED
     assert f"new container {created.name} (created) removed" in s3.history[-1].reason
+
+
+def test_an_adopted_new_backend_that_stops_answering_is_rolled_back() -> None:
+    """Adopt mode has no container to watch: after the promotion, new's /health failing
+    rolls back at once (the chaos run found a dead new primary ending `done`)."""
+    adopt = {"old": None, "new_image": None, "new_url": NEW_URL}
+    s = state_in(Phase.POST_PROMOTION, spec=adopt)
+    assert "new_health" in needs(s)
+    promoted = routes(NEW_URL, OLD_URL)
+    s1, _ = advance(s, obs(routes=promoted, new_healthy=True), T0 + 1)
+    assert s1.phase is Phase.POST_PROMOTION
+    s2, _ = advance(s, obs(routes=promoted, new_healthy=False), T0 + 1)
+    assert s2.phase is Phase.ROLLING_BACK and "stopped answering /health" in (s2.error or "")
