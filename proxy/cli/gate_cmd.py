@@ -20,6 +20,7 @@ from proxy.cli.proxy_cmd import GATE_TOKEN_ENV, TOKEN_ENV
 from proxy.credentials import redact
 
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 2, "unavailable": 3, "usage": 4}
+MAX_ANSWER_BYTES = 4 * 1024 * 1024  # a gate answer is a few KiB
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -73,13 +74,32 @@ def _from_sidecar(args: argparse.Namespace) -> dict[str, Any]:
         url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(request, timeout=args.timeout) as response:
-            result: dict[str, Any] = json.loads(response.read())
-            return result
+            raw = response.read(MAX_ANSWER_BYTES + 1)
     except urllib.error.HTTPError as exc:
         detail = exc.read(500).decode("utf-8", "replace")
         raise RuntimeError(f"{url} answered {exc.code}: {detail}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise RuntimeError(f"cannot ask {url}: {exc}") from None
+    if len(raw) > MAX_ANSWER_BYTES:
+        raise RuntimeError(f"{url} answered more than {MAX_ANSWER_BYTES} bytes")
+    try:
+        result = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise RuntimeError(f"{url} did not answer JSON: {raw[:200]!r}") from None
+    return _checked(result, url)
+
+
+def _checked(result: Any, source: str) -> dict[str, Any]:
+    """A gate answer with the fields this command reads; RuntimeError (no verdict) else."""
+    if not isinstance(result, dict) or result.get("verdict") not in (
+            "pass", "fail", "inconclusive"):
+        raise RuntimeError(f"no verdict in the answer of {source}: {str(result)[:300]}")
+    reasons, samples = result.get("reasons", []), result.get("samples", 0)
+    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons) \
+            or isinstance(samples, bool) or not isinstance(samples, int):
+        raise RuntimeError(f"the answer of {source} has unreadable reasons or samples: "
+                           f"{str(result)[:300]}")
+    return result
 
 
 def _from_prometheus(args: argparse.Namespace) -> dict[str, Any]:
@@ -96,9 +116,13 @@ def _from_prometheus(args: argparse.Namespace) -> dict[str, Any]:
     client = PrometheusClient(args.prometheus, args.timeout, args.token)
     try:
         evidence = read_evidence(client, queries)
+        return analysis_body(fleet_verdict(evidence, criteria, args.min_targets))
     except PrometheusUnavailable as exc:
         raise RuntimeError(str(exc)) from None
-    return analysis_body(fleet_verdict(evidence, criteria, args.min_targets))
+    except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+        # Series without the labels the fleet queries put on them: not our sidecars' data.
+        raise RuntimeError(f"{args.prometheus} answered series this command cannot read "
+                           f"({type(exc).__name__}: {exc})") from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -112,11 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         print(f"vllm-cutover gate: no verdict: {redact(str(exc))}", file=sys.stderr)
         return EXIT_CODES["unavailable"]
-    verdict = result.get("verdict")
-    if verdict not in ("pass", "fail", "inconclusive"):
-        print(f"vllm-cutover gate: no verdict in the answer: {str(result)[:300]}",
-              file=sys.stderr)
-        return EXIT_CODES["unavailable"]
+    verdict = result["verdict"]
     if args.json:
         print(json.dumps(result, sort_keys=True, default=str))
     else:

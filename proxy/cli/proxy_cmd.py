@@ -184,6 +184,17 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # ConfigError and GateCriteria's checks quote the value
         print(f"vllm-cutover proxy: {exc}", file=sys.stderr)
         return 2
+    from proxy.urls import role_conflicts
+
+    routes = config.routes
+    errors, warnings = role_conflicts(routes.primary, routes.shadow, routes.baseline,
+                                      ("--primary", "--shadow", "--baseline"))
+    for message in errors:
+        print(f"vllm-cutover proxy: {message}", file=sys.stderr)
+    if errors:
+        return 2
+    for message in warnings:
+        print(f"vllm-cutover proxy: warning: {message}", file=sys.stderr)
     from proxy.mirror.server import run
     from proxy.statefile import StateFileError
 

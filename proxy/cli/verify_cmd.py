@@ -9,6 +9,8 @@ from proxy.cli.eval_common import EXIT_BAD_INPUT, add_replay_arguments, emit
 from proxy.cli.gate_args import add_match_arguments, match_criteria
 from proxy.credentials import redact
 
+EXIT_NO_VERDICT = 3
+
 
 def _range(value: str) -> tuple[float, float]:
     low, sep, high = value.partition(":")
@@ -21,12 +23,23 @@ def _range(value: str) -> tuple[float, float]:
     return pair
 
 
+def _positive_bytes(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes >= 1, got {value!r}")
+    return number
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "verify", help="post-upgrade checklist: up, version, kernel used, same tokens, metrics",
         description="Each line pass / fail / n/a with the reason; exit 0 only when every "
                     "applicable line passes.",
-        epilog="exit codes: 0 every applicable line passes, 1 a line fails, 2 bad input")
+        epilog="exit codes: 0 every applicable line passes, 1 a line fails, 2 bad input, "
+               "3 no verdict (an answer it cannot read)")
     p.add_argument("--url", required=True, help="the engine's base URL")
     p.add_argument("--expect-version", metavar="V", help="the vLLM version /version must report")
     p.add_argument("--golden", metavar="GOLDEN",
@@ -39,6 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     log.add_argument("--log", metavar="FILE", help="the engine's startup log")
     log.add_argument("--container", metavar="ID",
                      help="read the startup log from this container (Docker SDK)")
+    p.add_argument("--log-max-bytes", type=_positive_bytes, default=None, metavar="N",
+                   help="read at most the first N bytes of --log (vLLM prints what is "
+                        "checked at start-up; default 256 MiB)")
     p.add_argument("--prometheus", metavar="URL",
                    help="a Prometheus scraping the engine: its target must be up with the series")
     p.add_argument("--gpu-util-range", type=_range, metavar="LOW:HIGH",
@@ -51,7 +67,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from proxy.evaluate.checklist import VerifyOptions, run_checklist
+    from proxy.evaluate.checklist import (
+        DEFAULT_LOG_MAX_BYTES,
+        NoVerdict,
+        VerifyOptions,
+        run_checklist,
+    )
     from proxy.evaluate.jsonl import EvalInputError
     from proxy.evaluate.judge import CompareCriteria
     from proxy.evaluate.replaying import ReplaySettings
@@ -60,6 +81,7 @@ def _run(args: argparse.Namespace) -> int:
         opts = VerifyOptions(
             url=args.url.rstrip("/"), expect_version=args.expect_version, golden=args.golden,
             launch_report=args.launch_report, log_path=args.log, container=args.container,
+            log_max_bytes=args.log_max_bytes or DEFAULT_LOG_MAX_BYTES,
             prometheus=args.prometheus, gpu_util_range=args.gpu_util_range,
             allow_model_mismatch=args.allow_model_mismatch,
             replay=ReplaySettings(concurrency=args.concurrency, rate=args.rate,
@@ -69,6 +91,9 @@ def _run(args: argparse.Namespace) -> int:
     except (EvalInputError, ValueError) as exc:
         print(f"vllm-cutover verify: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except NoVerdict as exc:
+        print(f"vllm-cutover verify: no verdict: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_NO_VERDICT
     width = max(len(c.name) for c in result.checks)
     text = "".join(f"{c.status.upper():5} {c.name:{width}}  {c.detail}\n"
                    for c in result.checks) + f"verdict: {result.verdict.upper()}\n"

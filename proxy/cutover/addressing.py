@@ -80,3 +80,36 @@ def url_like(old: ContainerInfo, new: ContainerInfo, like_url: str) -> str:
         f"cannot tell how {like_url!r} reaches container {old.name!r}: its host is not the "
         f"container's name, id, alias or IP, and no published port of it is {host}:{port}; "
         f"give the new container's URL explicitly")
+
+
+def network_of(info: ContainerInfo, url: str) -> str | None:
+    """The network on which `url`'s host is `info`'s IP (None: a name, alias or published
+    port, which stay valid when the container gets another IP)."""
+    host = urlsplit(url).hostname
+    for network, attachment in info.networks.items():
+        if attachment.ip and attachment.ip == host:
+            return network
+    return None
+
+
+def current_url(url: str, network: str | None, info: ContainerInfo) -> str | None:
+    """`url` with the container's IP on `network` now (None: it has none there, as when
+    it is not running); `url` itself when it reaches the container by name or port."""
+    if network is None:
+        return url
+    attachment = info.networks.get(network)
+    if attachment is None or not attachment.ip:
+        return None
+    return _with_host_port(url, attachment.ip, urlsplit(url).port)
+
+
+def reaches(info: ContainerInfo, url: str) -> bool:
+    """Whether `url` reaches container `info`: by its name, id or alias, its IP on one of
+    its networks, or one of its published ports (the container's identity, whichever
+    address a URL uses)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or _default_port(parts.scheme)
+    if host in _names(info) or any(a.ip == host for a in info.networks.values() if a.ip):
+        return True
+    return _published_port(info, host, port) is not None

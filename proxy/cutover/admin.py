@@ -1,18 +1,19 @@
 """The cutover's admin endpoints, added to the proxy's admin app by `add_cutover_routes`.
 
 `GET /admin/cutover` (status) is open like the gate; starting a cutover and every operator
-command need the admin bearer token, checked exactly as the proxy's other mutating
-endpoints are (`proxy.mirror.admin.api._authorized`).
+command need the admin bearer token, checked by the `authorize` the proxy's admin app
+passes in (the same check as its other mutating endpoints). Answers and errors are the
+shared admin JSON (`proxy.adminhttp`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from proxy.adminhttp import Authorize, json_answer, json_error, read_json
 from proxy.cutover.machine import CommandRefused
 from proxy.cutover.model import Command
 from proxy.cutover.service import CutoverService, StartRefused
@@ -23,47 +24,36 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 NOT_ENABLED = "the cutover is not enabled on this proxy"
 
 
-async def _body(request: web.Request) -> Any:
-    """The JSON body (None when empty); ValueError quoting what was sent otherwise."""
-    raw = await request.read()
-    if not raw.strip():
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise ValueError(f"body must be JSON, got {raw[:200]!r}") from None
-
-
-def add_cutover_routes(admin_app: web.Application, get_service: GetService) -> None:
-    """Register the cutover endpoints on the proxy's admin application."""
-    # Imported here: proxy.mirror.admin.api imports this module to call this function.
-    from proxy.mirror.admin import api as mirror_admin
+def add_cutover_routes(admin_app: web.Application, get_service: GetService,
+                       authorize: Authorize) -> None:
+    """Register the cutover endpoints on the proxy's admin application; `authorize` is its
+    admin-token check (None: allowed, else the 401 to send)."""
 
     def service_or_error(request: web.Request, mutating: bool) -> CutoverService | web.Response:
-        if mutating and (denied := mirror_admin._authorized(request)) is not None:
+        if mutating and (denied := authorize(request)) is not None:
             return denied
         service = get_service(request)
-        return mirror_admin._error(501, NOT_ENABLED) if service is None else service
+        return json_error(501, NOT_ENABLED) if service is None else service
 
     async def get_status(request: web.Request) -> web.StreamResponse:
         service = service_or_error(request, mutating=False)
         if isinstance(service, web.Response):
             return service
-        return mirror_admin._json(service.status())
+        return json_answer(service.status())
 
     async def post_start(request: web.Request) -> web.StreamResponse:
         service = service_or_error(request, mutating=True)
         if isinstance(service, web.Response):
             return service
         try:
-            spec = CutoverSpec.from_json(await _body(request))
+            spec = CutoverSpec.from_json(await read_json(request))
         except ValueError as exc:  # SpecError included
-            return mirror_admin._error(400, str(exc))
+            return json_error(400, str(exc))
         try:
             await service.start(spec)
         except StartRefused as exc:
-            return mirror_admin._error(exc.status, str(exc))
-        return mirror_admin._json(service.status(), 201)
+            return json_error(exc.status, str(exc))
+        return json_answer(service.status(), 201)
 
     def command_handler(name: str) -> Handler:
         async def post_command(request: web.Request) -> web.StreamResponse:
@@ -72,18 +62,18 @@ def add_cutover_routes(admin_app: web.Application, get_service: GetService) -> N
                 return service
             cmd: Command = name  # type: ignore[assignment]
             try:
-                body = await _body(request)
+                body = await read_json(request)
                 if name == "promote":
                     cmd = "force_promote" if _force(body) else "promote"
                 elif body not in (None, {}):
                     raise ValueError(f"{name} takes no body, got {body!r}")
             except ValueError as exc:
-                return mirror_admin._error(400, str(exc))
+                return json_error(400, str(exc))
             try:
                 service.command(cmd)
             except CommandRefused as exc:
-                return mirror_admin._error(409, str(exc))
-            return mirror_admin._json(service.status(), 202)
+                return json_error(409, str(exc))
+            return json_answer(service.status(), 202)
         return post_command
 
     admin_app.router.add_get("/admin/cutover", get_status)

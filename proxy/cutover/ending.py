@@ -28,11 +28,19 @@ from proxy.cutover.steps import (
 
 def post_promotion(state: CutoverState, obs: Observation, now: float) -> Step:
     assert state.new is not None
+    new_url = state.new.url
     if (gone := new_gone(state, obs)) is not None:
         return rollback(state, f"{gone} after the promotion", now)
+    if obs.new_healthy is False:  # adopt mode: no container, its /health is what tells
+        return rollback(state, f"the new backend {new_url} stopped answering /health after "
+                        "the promotion", now)
+    if state.mirror_off is None and (moved := _old_moved(state, obs)) is not None:
+        state = replace(state, mirror_off=f"{moved}: no more mirroring to "
+                                          f"{state.old.url}, whoever holds it now")
     routes = obs.routes
-    if routes is not None and (routes.shadow, routes.baseline) != (state.old.url, None):
-        return state, SetRoutes(state.new.url, state.old.url, None, routes.version)
+    shadow = None if state.mirror_off else state.old.url
+    if routes is not None and (routes.shadow, routes.baseline) != (shadow, None):
+        return state, SetRoutes(new_url, shadow, None, routes.version)
     if obs.gate is not None:
         state = replace(state, verdict=obs.gate.verdict, reasons=obs.gate.reasons,
                         samples=obs.gate.samples)
@@ -46,6 +54,17 @@ def post_promotion(state: CutoverState, obs: Observation, now: float) -> Step:
                            f"{state.spec.post_promotion_s:g}s passed ({gate_summary(state)})",
                            now), WAIT
     return state, WAIT
+
+
+def _old_moved(state: CutoverState, obs: Observation) -> str | None:
+    """Why the old container is no longer at the address the shadow route names."""
+    if state.old.container_id is None or "old" not in obs.seen:
+        return None
+    if obs.old is None or obs.old.state != "running":
+        return f"the old container {state.old.name} is {obs.old.state if obs.old else 'gone'}"
+    if obs.old_url != state.old.url:
+        return f"the old container {state.old.name} is now at {obs.old_url}"
+    return None
 
 
 def draining_old(state: CutoverState, obs: Observation, now: float) -> Step:
@@ -114,13 +133,23 @@ def rolling_back(state: CutoverState, obs: Observation, now: float) -> Step:
             return state.moved(Phase.FAILED, reason, now, error=reason), WAIT
         if obs.old.state != "running":
             return replace(state, old_stopped=False), StartContainer(old_id)
-    if not obs.old_healthy:
+    url = obs.old_url or old
+    identity = obs.old_identity
+    if identity is not None and (why := identity.mismatch(state.served_models,
+                                                          state.old.vllm_version)):
+        reason = (f"cannot roll back: the engine at {url} is not old ({why}); new stays "
+                  "primary")
+        return state.moved(Phase.FAILED, reason, now, error=reason), WAIT
+    if not obs.old_healthy or identity is None:
         if state.deadline_unix is not None and now >= state.deadline_unix:
-            reason = (f"cannot roll back: old was not healthy within "
-                      f"{state.spec.warmup_timeout_s:g}s; new stays primary")
+            reason = (f"cannot roll back: old did not answer /health, /v1/models and "
+                      f"/version at {url} within {state.spec.warmup_timeout_s:g}s; new stays "
+                      "primary")
             return state.moved(Phase.FAILED, reason, now, error=reason), WAIT
-        return replace(state, note="waiting for old to answer /health"), WAIT
-    return state, SetRoutes(old, None, None, routes.version)
+        return replace(state, note=f"waiting for old to answer at {url}"), WAIT
+    if url != old:  # restarted at another address: clients go where it is now
+        state = replace(state, old=replace(state.old, url=url))
+    return state, SetRoutes(url, None, None, routes.version)
 
 
 def aborting(state: CutoverState, obs: Observation, now: float) -> Step:
@@ -146,8 +175,12 @@ def _remove_new(state: CutoverState, obs: Observation, now: float, end: Phase,
         return state, WAIT
     info = obs.new
     if info is None or info.state == "missing":
-        what = "new container removed" if state.new and state.new.container_id else \
-            "no new container was created"
+        if state.removing_new is not None:
+            what = f"new container {state.removing_new} removed"
+        elif state.new and state.new.container_id:
+            what = "new container removed"
+        else:
+            what = "no new container was created"
         new = replace(state.new, removed=True) if state.new else None
         return state.moved(end, f"{reason}; {what}", now, new=new), WAIT
     if end is Phase.FAILED and state.log_tail is None:
@@ -165,4 +198,5 @@ def _remove_new(state: CutoverState, obs: Observation, now: float, end: Phase,
     if (why := failed(obs, "RemoveContainer")) is not None:
         return state.moved(end, f"{reason}; removing the new container {info.name} failed: "
                            f"{why}", now), WAIT
-    return state, RemoveContainer(info.id)
+    return replace(state, removing_new=f"{info.name} ({info.state})"), \
+        RemoveContainer(info.id)

@@ -28,7 +28,8 @@ from proxy.cutover.model import (
 from proxy.cutover.phases import Step
 from proxy.cutover.steps import Observation, Probe, Wait
 
-__all__ = ["CommandRefused", "CutoverRunning", "advance", "begin", "command", "needs"]
+__all__ = ["CommandRefused", "CutoverRunning", "advance", "begin", "command",
+           "ensure_can_begin", "needs", "refuse_over_pending"]
 
 _HANDLERS: dict[Phase, Callable[[CutoverState, Observation, float], Step]] = {
     Phase.BACKING_UP: phases.backing_up,
@@ -53,13 +54,18 @@ class CommandRefused(RuntimeError):
     what would)."""
 
 
+def ensure_can_begin(current: CutoverState | None) -> None:
+    """CutoverRunning while `current` has not ended (one cutover at a time per proxy)."""
+    if current is not None and not current.phase.terminal:
+        raise CutoverRunning(f"cutover {current.id} is still {current.phase.value}; wait for "
+                             "it to end, or abort / roll it back first")
+
+
 def begin(spec: CutoverSpec, cutover_id: str, old: Endpoint, now: float,
           current: CutoverState | None, served_models: tuple[str, ...] = (),
           baseline_url: str | None = None, shutdown_grace_s: float = 30.0) -> CutoverState:
     """A new cutover's first state; CutoverRunning while `current` has not ended."""
-    if current is not None and not current.phase.terminal:
-        raise CutoverRunning(f"cutover {current.id} is still {current.phase.value}; wait for "
-                             "it to end, or abort / roll it back first")
+    ensure_can_begin(current)
     new = Endpoint(url=spec.new_url) if spec.new_url is not None else None
     if spec.backup_image is not None:
         first = Phase.BACKING_UP
@@ -78,7 +84,9 @@ def begin(spec: CutoverSpec, cutover_id: str, old: Endpoint, now: float,
 
 def command(state: CutoverState, cmd: Command) -> CutoverState:
     """`state` with `cmd` pending (acted on by the next step); CommandRefused when it does
-    not apply now. A later command replaces a pending one."""
+    not apply now. The first accepted command wins: a different one while it is pending is
+    refused, naming it (an abort answered "pending" must end in `aborted`)."""
+    refuse_over_pending(state.id, state.pending, cmd)
     phase = state.phase
     if cmd == "rollback":
         if phase.promoted and not state.old.removed:
@@ -109,12 +117,19 @@ def command(state: CutoverState, cmd: Command) -> CutoverState:
     raise CommandRefused(f"cutover {state.id} is {phase.value}: {cmd} does not apply")
 
 
+def refuse_over_pending(cutover_id: str, pending: Command | None, cmd: Command) -> None:
+    """CommandRefused when `pending` (accepted, not yet acted on) differs from `cmd`."""
+    if pending is not None and pending != cmd:
+        raise CommandRefused(f"cutover {cutover_id}: {pending} is pending (accepted first); "
+                             f"{cmd} is refused until it has been acted on")
+
+
 def needs(state: CutoverState) -> frozenset[Probe]:
     """What the reconciler must look at before the next step of `state`."""
     phase = state.phase
     wanted: set[Probe]
     if state.pending == "rollback" or phase is Phase.ROLLING_BACK:
-        wanted = {"routes", "old", "old_health", "inflight", "new"}
+        wanted = {"routes", "old", "old_health", "old_identity", "inflight", "new"}
     elif state.pending in ("abort", "force_promote") or phase is Phase.STARTING_NEW:
         # a forced promotion skips the gate: evaluating it would only delay the switch
         wanted = {"routes", "new"}
@@ -122,8 +137,12 @@ def needs(state: CutoverState) -> frozenset[Probe]:
         wanted = {"routes"}
     elif phase is Phase.WARMING:
         wanted = {"routes", "new", "warmup"}
-    elif phase in (Phase.SHADOWING, Phase.POST_PROMOTION):
+    elif phase is Phase.SHADOWING:
         wanted = {"routes", "gate", "new"}
+    elif phase is Phase.POST_PROMOTION:  # old is the shadow: where it is, before mirroring
+        wanted = {"routes", "gate", "new", "old"}
+        if state.spec.adopt:  # no container to watch: new's own /health says it is gone
+            wanted.add("new_health")
     elif phase is Phase.DRAINING_OLD:
         wanted = {"routes", "inflight", "old"}
     elif phase is Phase.ABORTING:

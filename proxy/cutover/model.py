@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 from proxy.cutover.control import EvidenceWindow
+from proxy.cutover.fields import Fields, StateError
 from proxy.cutover.spec import CutoverSpec, SpecError
 
 __all__ = ["SCHEMA_VERSION", "Command", "CutoverSpec", "CutoverState", "Endpoint", "Phase",
@@ -20,10 +21,6 @@ SCHEMA_VERSION = 1
 
 Command = Literal["promote", "force_promote", "rollback", "abort"]
 COMMANDS: tuple[str, ...] = get_args(Command)
-
-
-class StateError(ValueError):
-    """A persisted state that cannot be read as ours (the message quotes the bad value)."""
 
 
 class Phase(str, enum.Enum):
@@ -64,18 +61,22 @@ class Endpoint:
     image: str | None = None
     vllm_version: str | None = None
     removed: bool = False  # its container was removed by the cutover
+    # The Docker network whose IP `url` uses: the address is re-read from the container
+    # (by id) before clients or mirrors go there, as a restart may give it another IP.
+    network: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"url": self.url, "container": self.container_id, "name": self.name,
                 "image": self.image, "vllm_version": self.vllm_version,
-                "removed": self.removed}
+                "removed": self.removed, "network": self.network}
 
     @classmethod
-    def from_json(cls, data: Any) -> Endpoint:
-        _require(data, dict, "endpoint")
-        return cls(url=data["url"], container_id=data.get("container"), name=data.get("name"),
-                   image=data.get("image"), vllm_version=data.get("vllm_version"),
-                   removed=bool(data.get("removed", False)))
+    def from_json(cls, data: Any, where: str = "endpoint") -> Endpoint:
+        f = Fields(data, where)
+        return cls(url=f.required_text("url"), container_id=f.text("container"),
+                   name=f.text("name"), image=f.text("image"),
+                   vllm_version=f.text("vllm_version"), removed=f.flag("removed"),
+                   network=f.text("network"))
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,13 @@ class Transition:
                 "to": self.to_phase.value, "reason": self.reason}
 
     @classmethod
-    def from_json(cls, data: Any) -> Transition:
-        _require(data, dict, "transition")
-        return cls(at_unix=float(data["at_unix"]),
-                   from_phase=_phase(data["from"]) if data.get("from") else None,
-                   to_phase=_phase(data["to"]), reason=str(data["reason"]))
+    def from_json(cls, data: Any, where: str = "transition") -> Transition:
+        f = Fields(data, where)
+        came = f.text("from")
+        return cls(at_unix=f.required_number("at_unix", minimum=0),
+                   from_phase=_phase(came, f"{where}.from") if came else None,
+                   to_phase=_phase(f.required_text("to"), f"{where}.to"),
+                   reason=f.required_text("reason"))
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ class CutoverState:
     analysis_since_unix: float | None = None  # evidence counts from here (shadowing + delay)
     gate_failures: int = 0  # consecutive failing gate evaluations
     backup_bytes: int | None = None
+    mirror_off: str | None = None  # why mirroring to old stopped after the promotion
+    removing_new: str | None = None  # "NAME (STATE)" of the new container being removed
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -150,7 +155,8 @@ class CutoverState:
             "rollback_started_unix": self.rollback_started_unix,
             "rollback_s": self.rollback_s, "backup_bytes": self.backup_bytes,
             "analysis_since_unix": self.analysis_since_unix,
-            "gate_failures": self.gate_failures,
+            "gate_failures": self.gate_failures, "mirror_off": self.mirror_off,
+            "removing_new": self.removing_new,
             # What `vllm-cutover report --state-file` reads: this cutover's records only.
             "evidence": self.evidence.to_json() if self.evidence is not None else None,
         }
@@ -166,36 +172,51 @@ class CutoverState:
 
     @classmethod
     def from_json(cls, data: Any) -> CutoverState:
-        _require(data, dict, "cutover state")
+        """The state `to_json` wrote; StateError naming the first field that does not fit
+        (its type, its range, its phase)."""
+        f = Fields(data, "cutover")
         if data.get("schema") != SCHEMA_VERSION:
             raise StateError(f"cutover state schema {data.get('schema')!r} is not the "
                              f"supported {SCHEMA_VERSION!r}")
-        pending = data.get("pending")
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__) - {"schema", "evidence"})
+        if unknown:
+            raise StateError(f"cutover state has unknown field(s) {unknown!r}")
+        pending = f.text("pending")
         if pending is not None and pending not in COMMANDS:
-            raise StateError(f"pending command {pending!r} is not one of {COMMANDS!r}")
+            raise f.fail("pending", f"one of {COMMANDS!r} or null", pending)
         try:
             spec = CutoverSpec.from_json(data.get("spec"))
         except SpecError as exc:
             raise StateError(f"cutover state has a bad spec: {exc}") from exc
-        known = {"schema", "id", "spec", "phase", "old", "new", "history", "end_phase",
-                 "served_models", "reasons", "pending", "evidence"}
-        plain = {k: v for k, v in data.items() if k not in known}
-        unknown = sorted(set(plain) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise StateError(f"cutover state has unknown field(s) {unknown!r}")
-        try:
-            return cls(
-                id=str(data["id"]), spec=spec, phase=_phase(data["phase"]),
-                old=Endpoint.from_json(data["old"]),
-                new=Endpoint.from_json(data["new"]) if data.get("new") else None,
-                history=tuple(Transition.from_json(t) for t in data.get("history", [])),
-                end_phase=_phase(data["end_phase"]) if data.get("end_phase") else None,
-                served_models=tuple(data.get("served_models", ())),
-                reasons=tuple(data.get("reasons", ())), pending=pending,
-                **plain,
-            )
-        except (KeyError, TypeError) as exc:
-            raise StateError(f"cutover state is missing or mistypes {exc}") from exc
+        end_phase = f.text("end_phase")
+        num = f.number
+        return cls(
+            id=f.required_text("id"), spec=spec,
+            phase=_phase(f.required_text("phase"), "cutover.phase"),
+            old=Endpoint.from_json(data.get("old"), "cutover.old"),
+            new=Endpoint.from_json(data["new"], "cutover.new") if data.get("new") else None,
+            started_unix=f.required_number("started_unix", minimum=0),
+            phase_since_unix=f.required_number("phase_since_unix", minimum=0),
+            served_models=f.texts("served_models"), baseline_url=f.text("baseline_url"),
+            shutdown_grace_s=f.required_number("shutdown_grace_s", minimum=0)
+            if "shutdown_grace_s" in data else 30.0,
+            deadline_unix=num("deadline_unix", minimum=0),
+            history=tuple(Transition.from_json(t, f"cutover.history[{i}]")
+                          for i, t in enumerate(f.items("history"))),
+            pending=pending,  # type: ignore[arg-type]  # checked against COMMANDS above
+            end_phase=_phase(end_phase, "cutover.end_phase") if end_phase else None,
+            verdict=f.text("verdict"), reasons=f.texts("reasons"),
+            samples=f.integer("samples") or 0, error=f.text("error"),
+            log_tail=f.text("log_tail"), note=f.text("note"),
+            promoted_unix=num("promoted_unix", minimum=0),
+            drained_unix=num("drained_unix", minimum=0), old_stopped=f.flag("old_stopped"),
+            rollback_started_unix=num("rollback_started_unix", minimum=0),
+            rollback_s=num("rollback_s", minimum=0),
+            analysis_since_unix=num("analysis_since_unix", minimum=0),
+            gate_failures=f.integer("gate_failures") or 0,
+            backup_bytes=f.integer("backup_bytes", default=None),
+            mirror_off=f.text("mirror_off"), removing_new=f.text("removing_new"),
+        )
 
     def moved(self, to: Phase, reason: str, now: float, **changes: Any) -> CutoverState:
         """This state in phase `to`, the transition recorded; `deadline_unix`, `pending`
@@ -207,14 +228,9 @@ class CutoverState:
                        **changes)
 
 
-def _phase(value: Any) -> Phase:
+def _phase(value: Any, where: str = "phase") -> Phase:
     try:
         return Phase(value)
     except ValueError:
-        raise StateError(f"unknown phase {value!r}; one of "
+        raise StateError(f"{where}: unknown phase {value!r}; one of "
                          f"{[p.value for p in Phase]!r}") from None
-
-
-def _require(value: Any, kind: type, what: str) -> None:
-    if not isinstance(value, kind):
-        raise StateError(f"{what} must be a JSON {kind.__name__}, got {value!r}")

@@ -124,6 +124,16 @@ def backing_up(state: CutoverState, obs: Observation, now: float) -> Step:
 def starting_new(state: CutoverState, obs: Observation, now: float) -> Step:
     if (why := failed(obs, "CreateNew")) is not None:
         return fail(state, f"creating the new container failed: {why}", now)
+    if state.deadline_unix is not None and now >= state.deadline_unix:
+        # Whatever the daemon does (gone, slow, a container left in `created`): the
+        # deadline holds, and the clean-up says what it found.
+        if obs.new is not None:
+            seen = f"{obs.new.name} is {obs.new.state}"
+        else:
+            seen = "it was not seen" if "new" not in obs.seen else "none was created"
+        return fail(state, f"the new container was not running at an address within "
+                    f"{state.spec.warmup_timeout_s:g}s ({seen}; "
+                    f"{state.note or 'no error reported'})", now)
     if "new" not in obs.seen:
         return state, WAIT
     if obs.new is not None:
@@ -134,11 +144,6 @@ def starting_new(state: CutoverState, obs: Observation, now: float) -> Step:
         return state.moved(Phase.WARMING, f"created {info.name} ({info.id[:12]}) from "
                            f"{info.image}, reached at {obs.new_url}", now, new=new,
                            deadline_unix=state.deadline_unix), WAIT
-    retried = obs.failure if obs.failure is not None and obs.failure.action == "CreateNew" \
-        else None
-    if retried is not None and state.deadline_unix is not None and now >= state.deadline_unix:
-        return fail(state, "the new container could not be created within "
-                    f"{state.spec.warmup_timeout_s:g}s: {retried.message}", now)
     return state, CreateNew(new_plan(state))
 
 

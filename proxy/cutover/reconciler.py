@@ -18,6 +18,8 @@ from typing import Any
 import aiohttp
 
 from proxy.cutover import machine
+from proxy.cutover.addressing import current_url
+from proxy.cutover.backoff import Backoff, LogThrottle
 from proxy.cutover.control import ProxyControl, RouteConflict
 from proxy.cutover.driver import LABEL_CUTOVER, ContainerDriver, EngineUnavailable, NotFound
 from proxy.cutover.model import Command, CutoverState
@@ -33,7 +35,7 @@ from proxy.cutover.steps import (
     StopContainer,
     Wait,
 )
-from proxy.cutover.warmup import healthy, probe_ready
+from proxy.cutover.warmup import engine_identity, healthy, probe_ready
 from proxy.statefile import StateFile
 
 log = logging.getLogger(__name__)
@@ -61,10 +63,16 @@ class Reconciler:
         self._wake = asyncio.Event()
         self._failure: ActionFailure | None = None
         self._saved_bytes: int | None = None
+        # A step the state file did not take is retried after a growing delay, even with
+        # a command waiting (it must be persisted before it is acted on).
+        self._unwritten = Backoff(first_s=tick_s, max_s=max(30.0, tick_s))
+        self._quiet = LogThrottle(log)
+        self._write_failed = False
 
     def deliver(self, cmd: Command) -> CutoverState:
         """The state as it will be with `cmd` pending; machine.CommandRefused if it does
-        not apply."""
+        not apply, or when a different command delivered before it is still pending."""
+        machine.refuse_over_pending(self.state.id, self._mail, cmd)
         pending = machine.command(self.state, cmd)
         self._mail = cmd
         self._wake.set()
@@ -83,6 +91,10 @@ class Reconciler:
         while self.busy:
             phase = self.state.phase
             action = await self.step()
+            if self._write_failed:
+                await asyncio.sleep(self._unwritten.next_delay())
+                continue
+            self._unwritten.reset()
             if isinstance(action, Wait) and self.state.phase is phase:
                 await self._sleep()
         log.info("cutover %s ended: %s", self.state.id, self.state.phase.value)
@@ -97,11 +109,14 @@ class Reconciler:
                 state = replace(state, note=str(exc))
         obs = await self._observe(state)
         nxt, action = machine.advance(state, obs, self._clock())
+        self._write_failed = False
         if nxt != self.state:
             try:
                 await asyncio.to_thread(self._statefile.put, SECTION, nxt.to_json())
             except OSError as exc:  # acting on a step the file does not hold could repeat
-                log.error("cutover %s: state file not written: %s", nxt.id, exc)
+                self._write_failed = True
+                self._quiet.log(logging.ERROR, "state file", "cutover %s: state file not "
+                                "written (retried with back-off): %s", nxt.id, exc)
                 self.state = replace(self.state, note=f"state file not written: {exc}")
                 return Wait()
             if nxt.phase is not self.state.phase:
@@ -174,16 +189,29 @@ class Reconciler:
                                                      state.served_models))
         old_info = found.get("old")
         old_down = "old" in seen and (old_info is None or old_info.state != "running")
-        if "old_health" in wanted and not old_down:
+        # Where old is now: its address re-read from the container (by id), never the one
+        # recorded, which another container may hold after a restart.
+        old_url: str | None = state.old.url
+        if "old" in seen:
+            old_url = None if old_down or old_info is None else current_url(
+                state.old.url, state.old.network, old_info)
+        if "old_health" in wanted and old_url is not None:
             # A stopped container's address has no host behind it: a probe would hang
             # for its whole timeout before the rollback could start the container.
-            await look("old_health", lambda: healthy(self._session, state.old.url))
+            await look("old_health", lambda: healthy(self._session, old_url))
+        if "new_health" in wanted and state.new is not None:
+            new_base = state.new.url
+            await look("new_health", lambda: healthy(self._session, new_base))
+        if "old_identity" in wanted and old_url is not None and found.get("old_health"):
+            await look("old_identity", lambda: engine_identity(self._session, old_url))
         return Observation(
             seen=frozenset(seen), routes=found.get("routes"),
             inflight=found.get("inflight") or {}, gate=found.get("gate"),
             old=found.get("old"), new=new_info, new_url=found.get("new_url"),
             new_logs=found.get("new_logs"), warmup=found.get("warmup"),
-            old_healthy=bool(found.get("old_health")), failure=self._failure,
+            old_healthy=bool(found.get("old_health")), old_url=old_url,
+            old_identity=found.get("old_identity"), failure=self._failure,
+            new_healthy=found.get("new_health") if "new_health" in seen else None,
             saved_bytes=self._saved_bytes, problems=tuple(problems))
 
     async def _perform(self, action: Action) -> None:
@@ -212,7 +240,11 @@ class Reconciler:
         except (RouteConflict, EngineUnavailable) as exc:
             self._failure = ActionFailure(type(action).__name__, str(exc), transient=True)
         except Exception as exc:  # the machine decides what a failed action means
-            log.warning("cutover %s: %s failed: %s", state.id, type(action).__name__, exc,
-                        exc_info=not isinstance(exc, (RuntimeError, OSError, ValueError)))
+            if not isinstance(exc, (RuntimeError, OSError, ValueError)):
+                log.warning("cutover %s: %s failed", state.id, type(action).__name__,
+                            exc_info=True)
+            else:
+                self._quiet.log(logging.WARNING, type(action).__name__, "cutover %s: %s "
+                                "failed: %s", state.id, type(action).__name__, exc)
             self._failure = ActionFailure(type(action).__name__, str(exc),
                                           transient=isinstance(action, SetRoutes))

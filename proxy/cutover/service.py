@@ -2,7 +2,8 @@
 commands, status, and resuming a persisted cutover when the proxy starts.
 
 One cutover at a time per proxy. `open()` reads the state file's "cutover" section and
-resumes a cutover that had not ended; `close()` stops stepping (the state stays on disk).
+resumes a cutover that had not ended (StateFileError, naming the field, for one it cannot
+read); `close()` stops stepping (the state stays on disk).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.cutover import machine
+from proxy.cutover.addressing import network_of, reaches
 from proxy.cutover.control import ProxyControl
 from proxy.cutover.driver import Conflict, ContainerDriver, DriverError, EngineUnavailable, NotFound
 from proxy.cutover.model import Command, CutoverSpec, CutoverState, Endpoint, StateError
@@ -26,8 +28,9 @@ from proxy.cutover.reconciler import SECTION, Reconciler
 from proxy.cutover.spec import DEFAULT_SHUTDOWN_GRACE_S, grace_from_command
 from proxy.cutover.status import status_json
 from proxy.cutover.warmup import ProbeError, served_models, vllm_version
-from proxy.statefile import StateFile
+from proxy.statefile import StateFile, StateFileError
 from proxy.tasks import start_task
+from proxy.urls import role_conflicts
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,10 @@ class StartRefused(RuntimeError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class MeaninglessSetup(ValueError):
+    """Roles that make the evidence meaningless (new is old, the baseline is new)."""
 
 
 class CutoverService:
@@ -62,7 +69,7 @@ class CutoverService:
         self._reconciler: Reconciler | None = None
         self._task: asyncio.Task[None] | None = None
         self._start_lock = asyncio.Lock()
-        self.load_error: str | None = None
+        self.warnings: tuple[str, ...] = ()  # about the setup of the last start
 
     @property
     def state(self) -> CutoverState | None:
@@ -75,10 +82,12 @@ class CutoverService:
             return
         try:
             state = CutoverState.from_json(data)
-        except StateError as exc:  # starting another over it could fight a lost one
-            self.load_error = f"the persisted cutover cannot be read: {exc}"
-            log.error("%s", self.load_error)
-            return
+        except StateError as exc:
+            # Not resumable: the start stops (the CLI exits 2). Serving on the routes alone
+            # while containers of a lost cutover may run, or starting another over it,
+            # could fight the lost one; the operator decides.
+            raise StateFileError(f"state file {self._statefile.path!r}: the persisted "
+                                 f"cutover cannot be read: {exc}") from exc
         self._reconciler = self._make(state)
         if not state.phase.terminal:
             log.info("resuming cutover %s in phase %s", state.id, state.phase.value)
@@ -104,10 +113,10 @@ class CutoverService:
         except RuntimeError:  # status must answer even when the router cannot
             routes = None
         data = status_json(self.state, routes, self._clock())
+        if self.warnings:
+            data["warnings"] = list(self.warnings)
         if self._reconciler is not None and self._reconciler.mail is not None:
             data.update(pending=self._reconciler.mail, terminal=False)
-        if self.load_error:
-            data["error"] = self.load_error
         return data
 
     def command(self, cmd: Command) -> CutoverState:
@@ -122,10 +131,8 @@ class CutoverService:
         """Check everything, persist the first state, start stepping; StartRefused (and
         nothing changed) otherwise."""
         async with self._start_lock:
-            if self.load_error:
-                raise StartRefused(409, self.load_error)
             try:
-                machine.begin(spec, "check", Endpoint(url="http://check"), 0.0, self.state)
+                machine.ensure_can_begin(self.state)
             except machine.CutoverRunning as exc:
                 raise StartRefused(409, str(exc)) from exc
             if spec.needs_driver and self.driver is None:
@@ -136,11 +143,17 @@ class CutoverService:
                 raise StartRefused(404 if isinstance(exc, NotFound) else 502, str(exc)) from exc
             except Conflict as exc:
                 raise StartRefused(409, str(exc)) from exc
+            except MeaninglessSetup as exc:
+                raise StartRefused(400, str(exc)) from exc
             except EngineUnavailable as exc:
                 raise StartRefused(503, str(exc)) from exc
             except DriverError as exc:
                 raise StartRefused(500, str(exc)) from exc
-            await asyncio.to_thread(self._statefile.put, SECTION, state.to_json())
+            try:
+                await asyncio.to_thread(self._statefile.put, SECTION, state.to_json())
+            except OSError as exc:  # disk full, read-only: nothing was started
+                raise StartRefused(503, f"cutover not started: the state file cannot be "
+                                        f"written: {exc}") from exc
             self._reconciler = self._make(state)
             self._ensure_running()
             log.info("cutover %s started: %s", state.id, state.history[0].reason)
@@ -153,8 +166,14 @@ class CutoverService:
         if old_url != routes.primary:
             raise Conflict(f"the proxy's primary is {routes.primary!r}, not old_url "
                            f"{old_url!r}: a cutover replaces the backend that serves")
-        if spec.new_url is not None and spec.new_url == old_url:
-            raise Conflict(f"new_url {spec.new_url!r} is the primary itself")
+        errors, warnings = await asyncio.to_thread(
+            role_conflicts, old_url, spec.new_url, spec.baseline_url or routes.baseline,
+            ("primary (old)", "new_url", "baseline_url"))
+        if errors:  # nothing the cutover would measure could mean anything
+            raise MeaninglessSetup("; ".join(errors))
+        for warning in warnings:
+            log.warning("cutover start: %s", warning)
+        self.warnings = tuple(warnings)
         old = Endpoint(url=old_url)
         grace = spec.shutdown_grace_s
         driver = self.driver
@@ -162,7 +181,11 @@ class CutoverService:
             info = await asyncio.to_thread(driver.find, spec.old)
             if info.state != "running":
                 raise Conflict(f"the old container {info.name} is {info.state}, not running")
-            old = replace(old, container_id=info.id, name=info.name, image=info.image)
+            old = replace(old, container_id=info.id, name=info.name, image=info.image,
+                          network=network_of(info, old_url))
+            if spec.new_url is not None and reaches(info, spec.new_url):
+                raise MeaninglessSetup(f"the new_url {spec.new_url!r} reaches the old "
+                                       f"container {info.name} ({info.id[:12]}) itself")
             if grace is None:
                 grace = grace_from_command(info.entrypoint + info.command)
             if spec.new_image is not None:

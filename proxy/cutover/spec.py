@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from proxy.mirror.config import normalize_backend_url
+from proxy.urls import UrlError, normalize_backend_url
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _GPU_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
@@ -153,7 +153,7 @@ class CutoverSpec:
 def _url(value: str, name: str) -> str:
     try:
         return normalize_backend_url(value, name)
-    except ValueError as exc:
+    except UrlError as exc:
         raise SpecError(str(exc)) from exc
 
 

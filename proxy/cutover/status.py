@@ -43,7 +43,7 @@ def status_json(state: CutoverState | None, routes: RoutesView | None,
                  "started_unix", "phase_since_unix", "error", "log_tail", "note", "pending",
                  "promoted_unix", "drained_unix", "rollback_started_unix", "rollback_s",
                  "backup_bytes", "end_phase", "verdict", "reasons", "samples", "history",
-                 "deadline_unix", "shutdown_grace_s"):
+                 "deadline_unix", "shutdown_grace_s", "mirror_off"):
         data[name] = full[name]
     data.update(id=state.id, phase=state.phase.value, terminal=state.phase.terminal,
                 min_samples=state.spec.min_samples, old=state.old.to_json(),

@@ -14,7 +14,8 @@ from proxy.cutover.control import GateView, RoutesView
 from proxy.cutover.driver import ContainerInfo, NewContainerPlan
 
 # What the reconciler may be asked to look at before a step.
-Probe = Literal["routes", "inflight", "gate", "old", "new", "new_logs", "warmup", "old_health"]
+Probe = Literal["routes", "inflight", "gate", "old", "new", "new_logs", "warmup", "old_health",
+                "old_identity", "new_health"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,23 @@ class WarmupResult:
     completion_ok: bool = False  # one tiny completion answered
     vllm_version: str | None = None
     error: str | None = None  # the first step that did not work, and why
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who answers at an address: its `/v1/models` ids and `/version`."""
+
+    models: tuple[str, ...]
+    vllm_version: str | None
+
+    def mismatch(self, models: tuple[str, ...], version: str | None) -> str | None:
+        """Why this is not the engine that served `models` at `version` (None: it is)."""
+        missing = [m for m in models if m not in self.models]
+        if missing:
+            return f"it serves {list(self.models)!r}, not {list(models)!r}"
+        if version is not None and self.vllm_version != version:
+            return f"its /version is {self.vllm_version!r}, not {version!r}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,9 @@ class Observation:
     new_logs: str | None = None
     warmup: WarmupResult | None = None
     old_healthy: bool = False
+    old_url: str | None = None  # where old is now (its container's current address)
+    old_identity: Identity | None = None  # who answers at old_url
+    new_healthy: bool | None = None  # adopt mode: new's /health (None: not probed)
     failure: ActionFailure | None = None  # of the action asked by the previous step
     saved_bytes: int | None = None  # SaveImage's result
     problems: tuple[str, ...] = ()  # probes that failed, for the status note

@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 
-from proxy.cutover.steps import WarmupResult
+from proxy.cutover.steps import Identity, WarmupResult
 
 PROBE_TIMEOUT_S = 10.0
 COMPLETION_TIMEOUT_S = 60.0  # a cold engine compiles or allocates on its first request
@@ -64,6 +64,11 @@ async def vllm_version(session: aiohttp.ClientSession, url: str) -> str | None:
         return None
     version = data.get("version") if isinstance(data, dict) else None
     return str(version) if version is not None else None
+
+
+async def engine_identity(session: aiohttp.ClientSession, url: str) -> Identity:
+    """Who answers at `url` (ProbeError when /v1/models does not answer a model list)."""
+    return Identity(await served_models(session, url), await vllm_version(session, url))
 
 
 async def probe_ready(session: aiohttp.ClientSession, url: str,

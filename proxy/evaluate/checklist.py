@@ -8,6 +8,8 @@ engine that is down fails its lines with the reason, the rest still report.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,11 +19,17 @@ from proxy.evaluate.containers import ContainerReader, container_log, docker_con
 from proxy.evaluate.golden import Golden, read_golden
 from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.judge import CompareCriteria
-from proxy.evaluate.kernel_log import kernel_check, parse_log
+from proxy.evaluate.kernel_log import kernel_check, parse_log, startup_lines
 from proxy.evaluate.replaying import ReplaySettings
 from proxy.evaluate.results import CheckLine, Checklist, CheckStatus
 
 Line = tuple[CheckStatus, str]
+DEFAULT_LOG_MAX_BYTES = 256 * 1024 * 1024
+MAX_REPORT_BYTES = 16 * 1024 * 1024
+
+
+class NoVerdict(RuntimeError):
+    """A peer (the engine, Prometheus) answered something this checklist cannot read."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,7 @@ class VerifyOptions:
     golden: str | None = None
     launch_report: str | None = None
     log_path: str | None = None
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # read from the start of the log
     container: str | None = None
     prometheus: str | None = None
     gpu_util_range: tuple[float, float] | None = None
@@ -45,9 +54,9 @@ def read_inputs(opts: VerifyOptions, containers: ContainerReader | None = None,
     report = None
     if opts.launch_report is not None:
         try:
-            with open(opts.launch_report, encoding="utf-8") as handle:
-                report = json.load(handle)
-        except (OSError, ValueError) as exc:
+            with open(_regular(opts.launch_report, "--launch-report"), "rb") as handle:
+                report = json.loads(handle.read(MAX_REPORT_BYTES))
+        except (OSError, ValueError, RecursionError) as exc:
             raise EvalInputError(f"--launch-report {opts.launch_report!r}: {exc}") from None
         if not isinstance(report, dict) or "argv" not in report:
             raise EvalInputError(f"--launch-report {opts.launch_report!r} is not a "
@@ -55,13 +64,26 @@ def read_inputs(opts: VerifyOptions, containers: ContainerReader | None = None,
     log = None
     if opts.log_path is not None:
         try:
-            with open(opts.log_path, encoding="utf-8", errors="replace") as handle:
-                log = handle.read()
+            with open(_regular(opts.log_path, "--log"), "rb") as handle:
+                log, _ = startup_lines(iter(lambda: handle.read(1 << 20), b""),
+                                       opts.log_max_bytes)
         except OSError as exc:
             raise EvalInputError(f"--log {opts.log_path!r}: {exc.strerror}") from None
     elif opts.container is not None:
         log = container_log(containers or docker_containers(), opts.container)
     return log, report
+
+
+def _regular(path: str, flag: str) -> str:
+    """`path` when it is a regular file: a device (/dev/zero) or a FIFO never ends."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise EvalInputError(f"{flag} {path!r}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise EvalInputError(f"{flag} {path!r} is not a regular file (a device or FIFO "
+                             "is not read)")
+    return path
 
 
 def _engine_lines(opts: VerifyOptions) -> list[tuple[str, Line]]:
@@ -150,7 +172,11 @@ def run_checklist(opts: VerifyOptions, containers: ContainerReader | None = None
     log, report = read_inputs(opts, containers)
     # Read before any line runs: an unreadable golden file is bad input (exit 2), not a fail.
     golden = read_golden(opts.golden) if opts.golden is not None else None
-    lines = _engine_lines(opts)
+    try:
+        lines = _engine_lines(opts)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise NoVerdict(f"the engine's answers cannot be read ({type(exc).__name__}: "
+                        f"{str(exc)[:200]})") from None
 
     def kernel() -> Line:
         if log is None:
@@ -166,6 +192,9 @@ def run_checklist(opts: VerifyOptions, containers: ContainerReader | None = None
             lines.append((name, check()))
         except EvalInputError as exc:
             lines.append((name, ("fail", str(exc))))
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+            raise NoVerdict(f"the {name} line cannot read an answer ({type(exc).__name__}: "
+                            f"{str(exc)[:200]})") from None
     checks = [CheckLine(n, s, d) for n, (s, d) in lines]
     ok = all(c.status in ("pass", "n/a") for c in checks)
     return Checklist(opts.url, checks, "pass" if ok else "fail")

@@ -9,6 +9,7 @@ with `--store-text`, token ids and top-k logprobs always (the comparison needs t
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -50,22 +51,59 @@ def capture_json(cap: Capture, store_text: bool) -> dict[str, Any]:
 
 
 def capture_from_json(obj: dict[str, Any], role: Role, backend: str) -> Capture:
-    """A stored answer back as a Capture; KeyError/TypeError/ValueError on a bad shape."""
+    """A stored answer back as a Capture; ValueError naming the field on a bad shape:
+    token ids are JSON integers (not 1793.5, "1793" or true), lengths and times are
+    non-negative numbers."""
     ids = obj["token_ids"]
     top = obj.get("top_logprobs")
     sampled = obj.get("sampled_tokens")
+    if ids is not None and not (isinstance(ids, list) and all(_is_int(i) for i in ids)):
+        raise ValueError(f"token_ids must be a list of JSON integers, got {str(ids)[:80]}")
+    if top is not None and not (isinstance(top, list) and all(
+            d is None or (isinstance(d, dict) and all(_is_number(v) for v in d.values()))
+            for d in top)):
+        raise ValueError(f"top_logprobs must be a list of {{token: number}}, got "
+                         f"{str(top)[:80]}")
+    if sampled is not None and not (isinstance(sampled, list)
+                                    and all(isinstance(t, str) for t in sampled)):
+        raise ValueError(f"sampled_tokens must be a list of strings, got {str(sampled)[:80]}")
+    itl = obj.get("itl_s") or []
+    if not isinstance(itl, list) or not all(_is_number(x) and x >= 0 for x in itl):
+        raise ValueError(f"itl_s must be a list of seconds >= 0, got {str(itl)[:80]}")
+    if not _is_int(obj["status"]):
+        raise ValueError(f"status must be an integer, got {obj['status']!r}")
+    for name in ("output_tokens", "ttft_s", "e2e_s"):
+        value = obj.get(name)
+        ok = _is_int(value) if name == "output_tokens" else _is_number(value)
+        if value is not None and not (ok and value >= 0):
+            raise ValueError(f"{name} must be a non-negative "
+                             f"{'integer' if name == 'output_tokens' else 'number'}, "
+                             f"got {value!r}")
+    for name in ("finish_reason", "text", "error"):
+        if not isinstance(obj.get(name), (str, type(None))):
+            raise ValueError(  # noqa: TRY004 - read_golden reports ValueError as bad input
+                f"{name} must be a string or null, got {obj.get(name)!r}")
     return Capture(
         role=role, backend=backend, status=obj["status"], ttft_s=obj.get("ttft_s"),
-        itl_s=tuple(float(x) for x in obj.get("itl_s") or ()), e2e_s=obj.get("e2e_s"),
+        itl_s=tuple(float(x) for x in itl), e2e_s=obj.get("e2e_s"),
         output_tokens=obj.get("output_tokens"), finish_reason=obj.get("finish_reason"),
         text=obj.get("text") or "",
-        token_ids=None if ids is None else tuple(int(i) for i in ids),
+        token_ids=None if ids is None else tuple(ids),
         top_logprobs=None if top is None else tuple(
             {str(k): float(v) for k, v in (d or {}).items()} for d in top),
-        sampled_tokens=None if sampled is None else tuple(str(s) for s in sampled),
+        sampled_tokens=None if sampled is None else tuple(sampled),
         error=obj.get("error"),
         answer=answer_from_json(obj.get("answer")),
     )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
 
 
 def write_golden(path: str, engine: EngineInfo, requests: list[EvalRequest],
@@ -108,7 +146,8 @@ def read_golden(path: str) -> Golden:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, EvalInputError):
                 raise
-            raise EvalInputError(f"{source}: malformed golden entry ({exc!r})") from None
+            detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise EvalInputError(f"{source}: malformed golden entry: {detail}") from None
     if not entries:
         raise EvalInputError(f"{path}: the golden file holds no requests")
     return Golden(engine, float(header.get("created_unix") or 0.0), tuple(entries))

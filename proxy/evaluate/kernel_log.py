@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,35 @@ _KERNEL = re.compile(r"Using (\w+) for NVFP4 GEMM")
 _ENUM = re.compile(r"NvFp4LinearBackend\.([A-Z0-9_]+)")
 _PER_QUANT = re.compile(r"linear_backend_per_quant=\{[^}]*'nvfp4_w4a4': '([a-z0-9_]+)'")
 _LINEAR = re.compile(r"'linear_backend': '([a-z0-9_]+)'")
+
+
+# The lines `parse_log` reads; a log is streamed and only these are kept (bounded memory).
+LOG_MARKERS = (b"Unknown vLLM environment variable", b"for NVFP4 GEMM",
+               b"NvFp4LinearBackend.", b"non-default args:")
+MAX_LINE_BYTES = 64 * 1024
+MAX_KEPT_LINES = 10_000
+
+
+def startup_lines(chunks: Iterable[bytes], max_bytes: int) -> tuple[str, bool]:
+    """The lines of a log `parse_log` reads, from at most its first `max_bytes` (vLLM
+    prints them at start-up), and whether the log went on beyond that. Memory stays within
+    a line (cut at MAX_LINE_BYTES) and MAX_KEPT_LINES, whatever the log's size."""
+    kept: list[bytes] = []
+    pending, seen, cut = b"", 0, False
+    for chunk in chunks:
+        if seen + len(chunk) > max_bytes:
+            chunk, cut = chunk[:max_bytes - seen], True
+        seen += len(chunk)
+        *lines, pending = (pending + chunk).split(b"\n")
+        pending = pending[:MAX_LINE_BYTES]
+        kept.extend(line[:MAX_LINE_BYTES] for line in lines
+                    if any(m in line for m in LOG_MARKERS))
+        del kept[MAX_KEPT_LINES:]
+        if cut:
+            break
+    if any(m in pending for m in LOG_MARKERS) and len(kept) < MAX_KEPT_LINES:
+        kept.append(pending)
+    return b"\n".join(kept).decode("utf-8", "replace"), cut
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PrometheusClient", "PrometheusUnavailable", "Sample"]
+__all__ = ["MAX_ANSWER_BYTES", "PrometheusClient", "PrometheusUnavailable", "Sample"]
+
+MAX_ANSWER_BYTES = 64 * 1024 * 1024  # a fleet's vectors are far smaller; a peer may not be
 
 
 class PrometheusUnavailable(RuntimeError):
@@ -52,21 +55,47 @@ class PrometheusClient:
                         if self.bearer_token else {})})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                payload = json.loads(response.read())
+                raw = response.read(MAX_ANSWER_BYTES + 1)
+            if len(raw) > MAX_ANSWER_BYTES:
+                raise PrometheusUnavailable(f"{self.url} answered more than "
+                                            f"{MAX_ANSWER_BYTES} bytes to {promql!r}")
+            payload = json.loads(raw)
         except urllib.error.HTTPError as exc:
             detail = exc.read(500).decode("utf-8", "replace")
             raise PrometheusUnavailable(f"{self.url} answered {exc.code} to {promql!r}: "
                                         f"{detail}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError, RecursionError) as exc:
             raise PrometheusUnavailable(f"cannot query {self.url}: {exc}") from None
         return _vector(payload, promql)
 
 
 def _vector(payload: Any, promql: str) -> list[Sample]:
+    """The samples of an instant-vector answer; PrometheusUnavailable (no verdict) for any
+    answer of another shape or with a value that is not a finite number."""
     if not isinstance(payload, dict) or payload.get("status") != "success":
         raise PrometheusUnavailable(f"query {promql!r} failed: {str(payload)[:300]}")
-    data = payload.get("data") or {}
-    if data.get("resultType") != "vector":
-        raise PrometheusUnavailable(f"query {promql!r} gave a {data.get('resultType')!r}, "
-                                    "expected an instant vector")
-    return [Sample(dict(row["metric"]), float(row["value"][1])) for row in data["result"]]
+    data = payload.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "vector" \
+            or not isinstance(data.get("result"), list):
+        kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+        raise PrometheusUnavailable(f"query {promql!r} gave {kind!r}, expected an instant "
+                                    "vector")
+    return [_sample(row, promql) for row in data["result"]]
+
+
+def _sample(row: Any, promql: str) -> Sample:
+    metric = row.get("metric") if isinstance(row, dict) else None
+    pair = row.get("value") if isinstance(row, dict) else None
+    if not isinstance(metric, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metric.items()) \
+            or not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
+        raise PrometheusUnavailable(f"query {promql!r}: a sample is not "
+                                    f"{{metric, value: [t, \"v\"]}}: {str(row)[:200]}")
+    try:
+        value = float(pair[1])
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise PrometheusUnavailable(f"query {promql!r}: value {pair[1]!r} of {metric!r} is "
+                                    "not a finite number")
+    return Sample(dict(metric), value)

@@ -165,8 +165,10 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _state_ctx(app: web.Application) -> AsyncIterator[None]:
-    app[STATE_KEY] = StateFile(app[CONFIG_KEY].state_file)  # StateFileError: CLI exits 2
+    # StateFileError (unreadable, or held by another proxy): the CLI exits 2.
+    state = app[STATE_KEY] = StateFile(app[CONFIG_KEY].state_file, exclusive=True)
     yield
+    state.close()
 
 
 async def _router_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -10,8 +10,8 @@ import math
 import os
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urlsplit
 
+from proxy import urls
 from proxy.compare.gate import GateCriteria
 from proxy.credentials import redact
 
@@ -29,17 +29,11 @@ def default_state_file(db_path: str) -> str | None:
 
 
 def normalize_backend_url(url: str, what: str = "backend URL") -> str:
-    """Return `url` without a trailing slash; reject anything but http(s)://host[:port][/path]."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{what} must look like http://host:port, got {redact(url)!r}")
-    if parts.query or parts.fragment:
-        raise ConfigError(f"{what} must not carry a query or fragment, got {redact(url)!r}")
+    """`proxy.urls.normalize_backend_url`, its error a ConfigError."""
     try:
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise ConfigError(f"{what} has a bad port: {redact(url)!r}") from None
-    return url.strip().rstrip("/")
+        return urls.normalize_backend_url(url, what)
+    except urls.UrlError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator
+
 import pytest
 
 from proxy.cli import main
 from proxy.cli.gate_cmd import EXIT_CODES
+from tests.canned_http import canned_http
 from tests.e2e.servers import free_port
 
 
@@ -43,3 +47,30 @@ def test_no_verdict_error_hides_a_url_password(capsys):
     assert main(["gate", "--prometheus", f"http://u:s3cret@127.0.0.1:{port}"]) == 3
     err = capsys.readouterr().err
     assert "s3cret" not in err and "u:***@127.0.0.1" in err
+
+
+@pytest.fixture
+def canned() -> Iterator[Callable[[bytes], str]]:
+    with canned_http() as answer:
+        yield answer
+
+
+def _vector(value: object) -> bytes:
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"job": "vllm-cutover", "instance": "a:1"}, "value": [1.0, value]}]}}
+    ).encode()
+
+
+@pytest.mark.parametrize(("source", "body"), [
+    ("--url", b"[1, 2]"), ("--url", b'{"verdict": "pass", "reasons": "x"}'),
+    ("--url", b"[" * 100_000), ("--url", b"not json"),
+    ("--prometheus", b'{"status": "success", "data": "nope"}'),
+    ("--prometheus", _vector("NaN")), ("--prometheus", _vector("abc")),
+    ("--prometheus", _vector(7)),
+    ("--prometheus", b'{"status": "success", "data": {"resultType": "vector", "result": [1]}}'),
+])
+def test_an_answer_it_cannot_read_is_no_verdict_in_one_line(canned, capsys, source: str,
+                                                            body: bytes) -> None:
+    assert main(["gate", source, canned(body)]) == EXIT_CODES["unavailable"] == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no verdict" in err and "Traceback" not in err

@@ -13,6 +13,7 @@ from proxy.sim.app import make_sim_app
 from proxy.sim.config import SimConfig
 from tests.cutover.docker_scene import driver, scene  # noqa: F401 - fixtures
 from tests.cutover.fakes import FakeControl, FakeDriver
+from tests.cutover.subnet_scene import subnet_stack  # noqa: F401 - fixture
 from tests.cutover.world import World, old_health_follows
 
 

@@ -9,7 +9,7 @@ from proxy.cutover.control import GateView, RoutesView
 from proxy.cutover.driver import ContainerInfo
 from proxy.cutover.machine import begin
 from proxy.cutover.model import CutoverSpec, CutoverState, Endpoint, Phase
-from proxy.cutover.steps import Observation
+from proxy.cutover.steps import Identity, Observation
 
 OLD_URL = "http://old:8000"
 NEW_URL = "http://new:8000"
@@ -70,9 +70,18 @@ def gate(verdict: str = "pass", samples: int = 10, *reasons: str) -> GateView:
                     min_samples=10)
 
 
+OLD_IDENTITY = Identity(("tiny",), "0.31.0")
+
+
 def obs(**fields: Any) -> Observation:
     """An observation of exactly the probes given (new=None: looked, none there)."""
     seen = {k for k in fields if k in PROBES}
     if "old_healthy" in fields:
         seen.add("old_health")
+        if fields["old_healthy"]:  # healthy old answers as the old engine did, unless told
+            fields.setdefault("old_identity", OLD_IDENTITY)
+    if fields.get("old_identity") is not None:
+        seen.add("old_identity")
+    if fields.get("new_healthy") is not None:
+        seen.add("new_health")
     return Observation(seen=frozenset(seen), **fields)

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from proxy.adminhttp import authorize, json_errors
 from proxy.cutover.admin import add_cutover_routes
 from proxy.cutover.control import GateView
 from proxy.cutover.service import CutoverService
@@ -24,9 +25,10 @@ async def _api(aiohttp_client: Any, service: CutoverService | None, token: str |
     main = web.Application()
     main[CONFIG_KEY] = ProxyConfig(routes=RouteConfig("http://old:8000"),
                                    admin=AdminConfig(token=token))
-    admin = web.Application()
+    admin = web.Application(middlewares=[json_errors])
     admin[MAIN_APP_KEY] = main
-    add_cutover_routes(admin, lambda request: service)
+    add_cutover_routes(admin, lambda request: service,
+                       lambda request: authorize(request, token))
     return await aiohttp_client(admin)
 
 
@@ -50,7 +52,7 @@ async def test_no_token_configured_disables_them(world: World, aiohttp_client) -
 
 
 @pytest.mark.parametrize(("body", "quoted"), [
-    (b"{not json", "body must be JSON, got b'{not json'"),
+    (b"{not json", "body must be JSON (Expecting property name"),
     (b'{"old": "vllm-old", "new_image": "vllm:new", "min_samples": "many"}',
      "min_samples must be an integer, got 'many'"),
     (b'{"old": "vllm-old", "new_image": "vllm:new", "speed": 3}', "unknown field(s) ['speed']"),
@@ -117,7 +119,8 @@ async def test_cli_drives_a_cutover_through_these_endpoints(world: World, aiohtt
     admin = web.Application()
     admin[MAIN_APP_KEY] = main_app
     service = await world.service()
-    add_cutover_routes(admin, lambda request: service)
+    add_cutover_routes(admin, lambda request: service,
+                       lambda request: authorize(request, TOKEN))
     url = str((await aiohttp_server(admin)).make_url("")).rstrip("/")
     common = ["--proxy-admin", url, "--admin-token", TOKEN, "--interval", "0.01"]
     argv = ["cutover", "start", *common, "--old", "vllm-old", "--new-image", "vllm:new",

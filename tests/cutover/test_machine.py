@@ -283,11 +283,12 @@ def test_create_failure_fails_and_adopt_mode_skips_containers() -> None:
 def test_creation_retries_an_unreachable_engine_until_the_deadline() -> None:
     s = started()
     late, a = advance(s, obs(routes=routes(), new=None), T0 + 61)
-    assert late.phase is Phase.STARTING_NEW
-    assert isinstance(a, CreateNew)  # a slow start is no failure: it was never tried
+    # The deadline holds in every phase, even for a container never tried (issue 24).
+    assert late.phase is Phase.FAILED and "none was created" in (late.error or "")
+    assert a == Wait() and "no new container was created" in late.history[-1].reason
     down = ActionFailure("CreateNew", "Docker daemon unreachable", transient=True)
     s1, a = advance(s, obs(routes=routes(), new=None, failure=down), T0 + 30)
     assert isinstance(a, CreateNew) and "will be retried" in (s1.note or "")
     s2, a = advance(s1, obs(routes=routes(), new=None, failure=down), T0 + 61)
     assert s2.phase is Phase.FAILED
-    assert "could not be created within 60s: Docker daemon unreachable" in (s2.error or "")
+    assert "not running at an address within 60s (none was created; CreateNew will be retried: Docker daemon unreachable" in (s2.error or "")

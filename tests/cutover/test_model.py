@@ -69,11 +69,11 @@ def test_state_json_round_trip_in_every_phase(phase) -> None:
 @pytest.mark.parametrize(("mutate", "quoted"), [
     (lambda d: d.update(schema=99), "schema 99 is not the supported 1"),
     (lambda d: d.update(phase="flying"), "unknown phase 'flying'"),
-    (lambda d: d.update(pending="dance"), "pending command 'dance'"),
+    (lambda d: d.update(pending="dance"), "cutover.pending must be one of"),
     (lambda d: d.update(whatever=1), "unknown field(s) ['whatever']"),
     (lambda d: d["spec"].update(min_samples=-3), "got -3"),
-    (lambda d: d.pop("old"), "'old'"),
-    (lambda d: d.update(new=[1]), "endpoint must be a JSON dict, got [1]"),
+    (lambda d: d.pop("old"), "cutover.old must be a JSON object, got None"),
+    (lambda d: d.update(new=[1]), "cutover.new must be a JSON object, got [1]"),
 ])
 def test_bad_state_is_refused_with_the_value(mutate, quoted) -> None:
     data = state_in(Phase.SHADOWING).to_json()

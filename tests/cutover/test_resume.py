@@ -4,6 +4,7 @@ are compared before they are set)."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from typing import Any
@@ -15,7 +16,7 @@ from proxy.cutover.driver import LABEL_CUTOVER, LABEL_ROLE, ContainerInfo
 from proxy.cutover.machine import begin
 from proxy.cutover.model import CutoverSpec, CutoverState, Endpoint, Phase
 from proxy.cutover.reconciler import SECTION
-from proxy.statefile import StateFile
+from proxy.statefile import StateFile, StateFileError
 from tests.cutover.world import FAST, OLD_ID, World, ended
 
 NEW_ID = "new0000000042"
@@ -96,10 +97,21 @@ async def test_a_second_resume_after_the_end_does_nothing(world: World, tmp_path
     assert len(world.driver.calls) == calls and again.status()["phase"] == "done"
 
 
-async def test_unreadable_state_refuses_new_cutovers(world: World) -> None:
-    StateFile(world.state_path).put(SECTION, {"schema": 1, "phase": "flying"})
-    svc = await world.service()
-    status = svc.status()
-    assert status["phase"] is None and "cannot be read" in status["error"]
-    with pytest.raises(Exception, match="cannot be read"):
-        await svc.start(CutoverSpec(**FAST))
+@pytest.mark.parametrize(("change", "named"), [
+    ({"phase": "flying"}, "cutover.phase: unknown phase 'flying'"),
+    ({"history": [{"at_unix": "x", "from": None, "to": "warming", "reason": "r"}]},
+     "cutover.history[0].at_unix must be a finite number >= 0, got 'x'"),
+    ({"deadline_unix": "soon"}, "cutover.deadline_unix must be a finite number >= 0 or null"),
+    ({"samples": -1}, "cutover.samples must be an integer >= 0, got -1"),
+    ({"old": {"url": 7}}, "cutover.old.url must be a string, got 7"),
+    ({"old_stopped": "yes"}, "cutover.old_stopped must be true or false"),
+    ({"gate_failures": 1.5}, "cutover.gate_failures must be an integer >= 0"),
+    ({"history": {"a": 1}}, "cutover.history must be a list"),
+])
+async def test_a_state_that_cannot_be_resumed_stops_the_start_naming_the_field(
+        world: World, tmp_path: Any, change: dict[str, Any], named: str) -> None:
+    state = {**_crashed_in(world, Phase.SHADOWING, tmp_path).to_json(), **change}
+    StateFile(world.state_path).put(SECTION, state)
+    with pytest.raises(StateFileError, match=re.escape(named)):
+        await world.service()
+    assert world.driver.calls == [] and world.control.changes == []

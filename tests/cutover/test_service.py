@@ -82,3 +82,41 @@ async def test_second_start_refused_while_one_runs(world: World) -> None:
     assert status["min_samples"] == 10 and 0 < status["time_left_s"] <= 5.0
     assert [h["to"] for h in status["history"]] == ["starting_new", "warming", "shadowing"]
     assert status["old"]["vllm_version"] == "0.31.0" and status["new"]["vllm_version"] == "0.32.0"
+
+
+@pytest.mark.parametrize(("changes", "quoted"), [
+    ({"new_url": "PRIMARY_AS_LOCALHOST"}, "the new_url 'http://localhost:"),
+    ({"new_url": "NEW", "baseline_url": "NEW_AS_LOCALHOST"}, "is the new_url (new)"),
+])
+async def test_a_setup_whose_evidence_means_nothing_is_a_400(world: World, changes,
+                                                             quoted) -> None:
+    def url(value: str) -> str:
+        return {"NEW": world.new_url,
+                "NEW_AS_LOCALHOST": world.new_url.replace("127.0.0.1", "localhost") + "/",
+                "PRIMARY_AS_LOCALHOST": world.old_url.replace("127.0.0.1", "localhost")}[value]
+
+    adopt = {k: v for k, v in FAST.items() if k not in ("old", "new_image")}
+    svc = await world.service()
+    with pytest.raises(StartRefused) as info:
+        await svc.start(CutoverSpec(**adopt, **{k: url(v) for k, v in changes.items()}))
+    assert info.value.status == 400 and quoted in str(info.value), str(info.value)
+    _untouched(world)
+
+
+async def test_a_baseline_that_is_the_primary_starts_with_a_warning(world: World) -> None:
+    adopt = {k: v for k, v in FAST.items() if k not in ("old", "new_image")}
+    svc = await world.service()
+    await svc.start(CutoverSpec(**adopt, new_url=world.new_url,
+                                baseline_url=world.old_url.replace("127.0.0.1", "localhost")))
+    assert "within one engine" in svc.status()["warnings"][0]
+
+
+async def test_a_new_url_reaching_the_old_container_itself_is_a_400(world: World) -> None:
+    """Another address of the same container (its name where the primary uses a published
+    port): the container id tells, not the URL."""
+    svc = await world.service()
+    spec = {k: v for k, v in FAST.items() if k != "new_image"}
+    with pytest.raises(StartRefused) as info:
+        await svc.start(CutoverSpec(**spec, new_url="http://vllm-old:8000"))
+    assert info.value.status == 400 and "reaches the old container vllm-old" in str(info.value)
+    _untouched(world)

@@ -8,15 +8,14 @@ token those endpoints refuse every caller.
 
 from __future__ import annotations
 
-import hmac
-import json
+import asyncio
 import logging
 import time
 from typing import Any
 
 from aiohttp import web
 
-from proxy.credentials import redact_json
+from proxy.adminhttp import authorize, json_answer, json_error, json_errors, read_json
 from proxy.cutover.admin import add_cutover_routes
 from proxy.cutover.control import RouteConflict
 from proxy.cutover.service import CUTOVER_KEY
@@ -37,6 +36,7 @@ from proxy.mirror.load import LoopLoad
 from proxy.mirror.route_state import ROUTE_KEYS, routes_from_json
 from proxy.mirror.worker.link import WorkerUnavailable
 from proxy.mirror.worker.remote import RemoteMirror
+from proxy.urls import role_conflicts
 
 log = logging.getLogger(__name__)
 
@@ -44,37 +44,18 @@ MAIN_APP_KEY = web.AppKey("main_app", web.Application)
 MAX_RECORDS_PAGE = 1000
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
-    """Every admin answer: JSON with the credentials of any URL in it redacted."""
-    return web.Response(status=status, text=json.dumps(redact_json(data), default=str),
-                        content_type="application/json")
-
-
-def _error(status: int, message: str) -> web.Response:
-    return _json({"error": {"message": message, "type": "vllm_cutover_admin_error"}}, status)
-
-
 def _main(request: web.Request) -> web.Application:
     return request.app[MAIN_APP_KEY]
 
 
 def _authorized(request: web.Request) -> web.Response | None:
-    """None when the bearer token matches; otherwise the 401 to send."""
-    token = _main(request)[CONFIG_KEY].admin.token
-    if token is None:
-        return _error(401, "no admin token configured (--admin-token or "
-                           "VLLM_CUTOVER_ADMIN_TOKEN): this endpoint is disabled")
-    sent = request.headers.get("Authorization", "")
-    scheme, _, value = sent.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(),
-                                                             token.encode()):
-        return _error(401, "missing or wrong bearer token")
-    return None
+    """None when the bearer token is the admin token; otherwise the 401 to send."""
+    return authorize(request, _main(request)[CONFIG_KEY].admin.token)
 
 
 async def get_routes(request: web.Request) -> web.Response:
     routes = _main(request)[ROUTER_KEY].routes
-    response = _json(routes.as_json())
+    response = json_answer(routes.as_json())
     response.headers["ETag"] = f'"{routes.version}"'  # If-Match takes it back
     return response
 
@@ -105,10 +86,10 @@ async def _json_object(request: web.Request, allowed: set[str],
     if not required and not request.can_read_body:
         return {}
     try:
-        body = await request.json()
-    except ValueError:
-        raise ValueError("body must be JSON like {\"primary\": URL, \"shadow\": URL|null, "
-                         "\"expect_version\": N}") from None
+        body = await read_json(request)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; expected JSON like {{\"primary\": URL, \"shadow\": "
+                         "URL|null, \"expect_version\": N}}") from None
     if not isinstance(body, dict) or not set(body) <= allowed:
         raise ValueError(f"expected a JSON object with keys among {sorted(allowed)}, "
                          f"got {body!r}")
@@ -116,8 +97,7 @@ async def _json_object(request: web.Request, allowed: set[str],
 
 
 def _conflict(exc: RouteConflict, control: MirrorControl) -> web.Response:
-    return _json({"error": {"message": str(exc), "type": "vllm_cutover_admin_error"},
-                  "routes": redacted_view(control.routes())}, 409)
+    return json_error(409, str(exc), routes=redacted_view(control.routes()))
 
 
 async def put_routes(request: web.Request) -> web.Response:
@@ -129,15 +109,22 @@ async def put_routes(request: web.Request) -> web.Response:
         body = await _json_object(request, {*ROUTE_KEYS, "expect_version"})
         expect = _expected_version(request, body)
         routes = routes_from_json(body, _main(request)[ROUTER_KEY].routes.as_config())
-        return _json(redacted_view(control.set_routes(routes.primary, routes.shadow,
-                                                      routes.baseline, expect)))
+        errors, warnings = await asyncio.to_thread(role_conflicts, routes.primary,
+                                                   routes.shadow, routes.baseline)
+        if errors:  # the evidence would mean nothing: refused, nothing changed
+            return json_error(400, "; ".join(errors))
+        view = redacted_view(control.set_routes(routes.primary, routes.shadow,
+                                                routes.baseline, expect))
+        for warning in warnings:
+            log.warning("routes changed: %s", warning)
+        return json_answer({**view, "warnings": warnings} if warnings else view)
     except RouteConflict as exc:
         return _conflict(exc, control)
     except ValueError as exc:  # ConfigError included
-        return _error(400, str(exc))
+        return json_error(400, str(exc))
     except OSError as exc:
         log.error("routes not changed: the state file cannot be written: %s", exc)
-        return _error(503, f"routes not changed: the state file cannot be written: {exc}")
+        return json_error(503, f"routes not changed: the state file cannot be written: {exc}")
 
 
 async def post_swap(request: web.Request) -> web.Response:
@@ -148,19 +135,19 @@ async def post_swap(request: web.Request) -> web.Response:
         expect = _expected_version(request, await _json_object(request, {"expect_version"},
                                                                 required=False))
     except ValueError as exc:
-        return _error(400, str(exc))
+        return json_error(400, str(exc))
     try:
-        return _json(redacted_view(control.swap(expect)))
+        return json_answer(redacted_view(control.swap(expect)))
     except RouteConflict as exc:
         return _conflict(exc, control)
     except ValueError as exc:
-        return _error(409, str(exc))
+        return json_error(409, str(exc))
     except OSError as exc:
-        return _error(503, f"routes not changed: the state file cannot be written: {exc}")
+        return json_error(503, f"routes not changed: the state file cannot be written: {exc}")
 
 
 def _unavailable(exc: WorkerUnavailable) -> web.Response:
-    return _error(503, f"{exc}; try again shortly")
+    return json_error(503, f"{exc}; try again shortly")
 
 
 async def get_gate(request: web.Request) -> web.Response:
@@ -169,7 +156,7 @@ async def get_gate(request: web.Request) -> web.Response:
         result = await _main(request)[EVIDENCE_KEY].gate()
     except WorkerUnavailable as exc:
         return _unavailable(exc)
-    return _json(result, 200 if result["verdict"] == "pass" else 409)
+    return json_answer(result, 200 if result["verdict"] == "pass" else 409)
 
 
 async def get_stats(request: web.Request) -> web.Response:
@@ -194,7 +181,7 @@ async def get_stats(request: web.Request) -> web.Response:
             "scheduling": link.scheduling, "loop": _load_json(link.load),
             "queued_bytes": link.backlog.queued_bytes,
             "queued_for_s": round(link.backlog.age_s(time.monotonic()), 3)}
-    return _json(stats)
+    return json_answer(stats)
 
 
 def _load_json(load: LoopLoad) -> dict[str, float]:
@@ -208,12 +195,12 @@ async def get_records(request: web.Request) -> web.Response:
         after_id = int(request.query.get("after", "0"))
         limit = min(int(request.query.get("limit", "100")), MAX_RECORDS_PAGE)
     except ValueError:
-        return _error(400, f"after and limit must be integers, got {dict(request.query)!r}")
+        return json_error(400, f"after and limit must be integers, got {dict(request.query)!r}")
     try:
         records = await _main(request)[EVIDENCE_KEY].records(after_id, max(limit, 0))
     except WorkerUnavailable as exc:
         return _unavailable(exc)
-    return _json({"records": records})
+    return json_answer({"records": records})
 
 
 async def get_metrics(request: web.Request) -> web.Response:
@@ -223,7 +210,8 @@ async def get_metrics(request: web.Request) -> web.Response:
 
 def build_admin_app(main_app: web.Application) -> web.Application:
     """The admin application; it reads and changes the state of `main_app`."""
-    admin = web.Application(client_max_size=1024 * 1024, middlewares=[track_requests])
+    admin = web.Application(client_max_size=1024 * 1024,
+                            middlewares=[json_errors, track_requests])
     admin[MAIN_APP_KEY] = main_app
     admin[METRICS_KEY] = main_app[METRICS_KEY]
     admin.router.add_get("/admin/routes", get_routes)
@@ -234,5 +222,5 @@ def build_admin_app(main_app: web.Application) -> web.Application:
     admin.router.add_get("/admin/records", get_records)
     admin.router.add_get("/metrics", get_metrics)
     add_gate_hooks(admin, main_app)
-    add_cutover_routes(admin, lambda request: _main(request).get(CUTOVER_KEY))
+    add_cutover_routes(admin, lambda request: _main(request).get(CUTOVER_KEY), _authorized)
     return admin

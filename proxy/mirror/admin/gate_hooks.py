@@ -18,14 +18,13 @@ token as `metadata.token` in the Canary's webhook spec.
 
 from __future__ import annotations
 
-import hmac
-import json
 import logging
 import time
 from typing import Any
 
 from aiohttp import web
 
+from proxy.adminhttp import bearer_token, json_answer, json_error, read_json, token_matches
 from proxy.compare.gate import analysis_body
 from proxy.mirror.app import CONFIG_KEY, EVIDENCE_KEY
 from proxy.mirror.worker.link import WorkerUnavailable
@@ -39,11 +38,6 @@ FLAGGER_PHASES = {"Initializing", "Initialized", "Waiting", "Progressing", "Wait
 FLAGGER_LAST_KEY = web.AppKey("flagger_last", dict)
 
 
-def _json(data: Any, status: int) -> web.Response:
-    return web.Response(status=status, text=json.dumps(data, default=str),
-                        content_type="application/json")
-
-
 def _denied(request: web.Request, main: web.Application,
             body_token: str | None = None) -> web.Response | None:
     admin = main[CONFIG_KEY].admin
@@ -51,24 +45,18 @@ def _denied(request: web.Request, main: web.Application,
         return None
     accepted = [t for t in (admin.token, admin.gate_token) if t]
     if not accepted:
-        return _json({"error": {"message": "no admin or gate token configured (--admin-token, "
-                                "--gate-token) and no --gate-open: the gate hooks are off",
-                                "type": "vllm_cutover_admin_error"}}, 401)
-    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
-    sent = [value.strip()] if scheme.lower() == "bearer" else []
-    sent += [body_token] if body_token else []
-    if any(hmac.compare_digest(s.encode(), t.encode()) for s in sent for t in accepted):
+        return json_error(401, "no admin or gate token configured (--admin-token, "
+                               "--gate-token) and no --gate-open: the gate hooks are off")
+    if token_matches([bearer_token(request), body_token], accepted):
         return None
-    return _json({"error": {"message": "missing or wrong bearer token (or metadata.token)",
-                            "type": "vllm_cutover_admin_error"}}, 401)
+    return json_error(401, "missing or wrong bearer token (or metadata.token)")
 
 
 async def _verdict(main: web.Application) -> dict[str, Any] | web.Response:
     try:
         result: dict[str, Any] = await main[EVIDENCE_KEY].gate()
     except WorkerUnavailable as exc:
-        return _json({"error": {"message": f"{exc}; no verdict can be computed now",
-                                "type": "vllm_cutover_admin_error"}}, 503)
+        return json_error(503, f"{exc}; no verdict can be computed now")
     return result
 
 
@@ -78,14 +66,17 @@ async def analysis(request: web.Request, main: web.Application) -> web.Response:
     result = await _verdict(main)
     if isinstance(result, web.Response):
         return result
-    return _json(analysis_body(result), 200)
+    return json_answer(analysis_body(result), 200)
 
 
 def parse_flagger(body: Any) -> dict[str, Any]:
-    """Flagger's webhook payload, checked; ValueError quoting what is wrong."""
+    """Flagger's webhook payload, checked; ValueError saying what is wrong (its shape, never
+    its values: `metadata.token` may be in it)."""
     if not isinstance(body, dict) or not {"name", "namespace"} <= set(body):
+        shape = f"keys {sorted(map(str, body))[:10]!r}" if isinstance(body, dict) \
+            else f"a JSON {type(body).__name__}"
         raise ValueError("expected Flagger's webhook body {\"name\", \"namespace\", \"phase\", "
-                         f"\"checksum\", \"metadata\"}}, got {str(body)[:200]!r}")
+                         f"\"checksum\", \"metadata\"}}, got {shape}")
     unknown = set(body) - FLAGGER_KEYS
     if unknown:
         raise ValueError(f"unexpected keys {sorted(unknown)} in a Flagger webhook body")
@@ -96,16 +87,18 @@ def parse_flagger(body: Any) -> dict[str, Any]:
         raise ValueError(f"unknown Flagger phase {body['phase']!r}")
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise ValueError(f"metadata must map names to strings, got {str(metadata)[:200]!r}")
+        bad = sorted(str(k) for k, v in metadata.items() if not isinstance(v, str)) \
+            if isinstance(metadata, dict) else f"a JSON {type(metadata).__name__}"
+        raise ValueError(f"metadata must map names to strings; not strings: {bad!r}")
     return {**body, "metadata": metadata}
 
 
 async def flagger(request: web.Request, main: web.Application, hook: str,
                   last: dict[str, Any]) -> web.Response:
     try:
-        payload = parse_flagger(await request.json())
+        payload = parse_flagger(await read_json(request))
     except ValueError as exc:  # JSON errors included
-        return _json({"error": {"message": str(exc), "type": "vllm_cutover_admin_error"}}, 400)
+        return json_error(400, str(exc))
     if (denied := _denied(request, main, payload["metadata"].get("token"))) is not None:
         return denied
     seen = {k: payload.get(k) for k in ("name", "namespace", "phase", "checksum")}
@@ -117,7 +110,7 @@ async def flagger(request: web.Request, main: web.Application, hook: str,
     if isinstance(result, web.Response):
         return result
     wanted = "fail" if hook == "rollback" else "pass"
-    return _json(analysis_body(result), 200 if result["verdict"] == wanted else 409)
+    return json_answer(analysis_body(result), 200 if result["verdict"] == wanted else 409)
 
 
 def add_gate_hooks(admin: web.Application, main: web.Application) -> None:

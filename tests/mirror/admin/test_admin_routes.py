@@ -35,7 +35,7 @@ async def test_two_writers_one_loses_with_the_current_routes(backend, proxy, adm
     assert stale_swap.status == 409
     swapped = await api.post("/admin/swap", headers={**AUTH, "If-Match": '"2"'})
     assert (await swapped.json())["primary"] == won["shadow"]
-    unconditional = await api.put("/admin/routes", json={"baseline": a.url}, headers=AUTH)
+    unconditional = await api.put("/admin/routes", json={"baseline": b.url}, headers=AUTH)
     assert (await unconditional.json())["version"] == 4
 
 
