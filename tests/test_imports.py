@@ -20,7 +20,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "proxy"
 LAYERS = (
     # foundations: no knowledge of vLLM, traffic or cutovers
     "proxy", "proxy.atomic", "proxy.credentials", "proxy.tasks", "proxy.eventloop",
-    "proxy.histograms", "proxy.record_hash", "proxy.statefile", "proxy.terminal",
+    "proxy.histograms", "proxy.record_hash", "proxy.statefile", "proxy.terminal", "proxy.urls",
+    "proxy.adminhttp",
     # pure cores: values in, values out
     "proxy.compare", "proxy.launcher", "proxy.cutover",
     # what the mirror and the reports share: aggregates, metrics, the record store
