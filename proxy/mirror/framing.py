@@ -15,7 +15,7 @@ not one per event.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,10 +28,9 @@ _SIZE, _DATA, _CRLF, _TRAILER = range(4)
 
 # The grammar h11 checks (RFC 9112 sections 4, 5 and 7.1), as compiled patterns.
 _STATUS_LINE = re.compile(rb"HTTP/1\.([0-9]) ([0-9]{3})(?: ((?:[ \t]|[^\x00\s])*))?")
-_FIELD = re.compile(rb"([-!#$%&'*+.^_`|~0-9a-zA-Z]+):[ \t]*((?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?)"
-                    rb"[ \t]*")
+# Field lines, each "token:value CRLF"; a value has no NUL and no whitespace but SP and HT.
+_FIELD_LINES = re.compile(rb"(?:[-!#$%&'*+.^_`|~0-9a-zA-Z]+:[^\x00\n\r\x0b\x0c]*\r\n)*")
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;[^\r\n]*)?[ \t]*")
-_LENGTH = re.compile(r"[0-9]{1,20}")
 _OWS = b" \t"
 _HEX = b"0123456789abcdefABCDEF"
 
@@ -62,29 +61,39 @@ class Framing:
     keep_alive: bool = True
 
 
-def parse_fields(lines: Iterable[bytes]) -> Fields:
-    """Header (or trailer) lines -> (name, value) pairs; obsolete line folding is joined."""
+def parse_fields(block: bytes) -> Fields:
+    """Header (or trailer) lines, CRLF-separated -> (name, value) pairs; obsolete line
+    folding is joined."""
+    if not block:
+        return ()
+    # One pass of the grammar over every line at once, then plain splits.
+    if _FIELD_LINES.fullmatch(block + b"\r\n") is None:
+        unfolded = _unfold(block)
+        if unfolded == block or _FIELD_LINES.fullmatch(unfolded + b"\r\n") is None:
+            bad = next((line for line in unfolded.split(b"\r\n")
+                        if _FIELD_LINES.fullmatch(line + b"\r\n") is None), block)
+            raise FramingError(f"a malformed header line {bad[:80]!r}")
+        block = unfolded
+    return tuple([(name, value.strip(" \t")) for name, _, value in
+                  [line.partition(":") for line in block.decode("latin-1").split("\r\n")]])
+
+
+def _unfold(block: bytes) -> bytes:
+    """Obsolete line folding joined with one space, as h11 does."""
     joined: list[bytes] = []
-    for line in lines:
+    for line in block.split(b"\r\n"):
         if line[:1] in (b" ", b"\t"):
             if not joined:
                 raise FramingError("a continuation line before any header")
             joined[-1] += b" " + line.lstrip(_OWS)
         else:
             joined.append(line)
-    fields: list[tuple[str, str]] = []
-    for line in joined:
-        match = _FIELD.fullmatch(line)
-        if match is None:
-            raise FramingError(f"a malformed header line {line[:80]!r}")
-        fields.append((match[1].decode("latin-1"), match[2].decode("latin-1")))
-    return tuple(fields)
+    return b"\r\n".join(joined)
 
 
-def _tokens(fields: Fields, name: str) -> list[str]:
-    """The comma-separated, lower-cased tokens of every `name` field, in order."""
-    return [token.strip().lower() for key, value in fields if key.lower() == name
-            for token in value.split(",") if token.strip()]
+def _tokens(value: str) -> list[str]:
+    """The comma-separated tokens of a list-valued field, lower case."""
+    return [token.strip().lower() for token in value.split(",") if token.strip()]
 
 
 def parse_head(raw: bytes) -> Head:
@@ -93,12 +102,17 @@ def parse_head(raw: bytes) -> Head:
     match = _STATUS_LINE.fullmatch(status_line)
     if match is None or int(match[2]) < 100:
         raise FramingError(f"a malformed status line {status_line[:80]!r}")
-    fields = parse_fields(rest.split(b"\r\n")) if rest else ()
-    content_type = next((v for k, v in fields if k.lower() == "content-type"), "")
-    codings = [c for c in _tokens(fields, "content-encoding") if c != "identity"]
-    transfer = _tokens(fields, "transfer-encoding")
-    return Head(int(match[2]), (match[3] or b"").decode("latin-1"), fields,
-                content_type.split(";", 1)[0].strip().lower(),
+    fields = parse_fields(rest)
+    content_type, codings, transfer = "", [], []
+    for name, value in fields:
+        lower = name.lower()
+        if lower == "content-type":
+            content_type = content_type or value.split(";", 1)[0].strip().lower()
+        elif lower == "content-encoding":
+            codings += [c for c in _tokens(value) if c != "identity"]
+        elif lower == "transfer-encoding":
+            transfer += _tokens(value)
+    return Head(int(match[2]), (match[3] or b"").decode("latin-1"), fields, content_type,
                 bool(transfer) and transfer[-1] == "chunked", f"1.{match[1].decode()}",
                 ", ".join(codings))
 
@@ -106,15 +120,22 @@ def parse_head(raw: bytes) -> Head:
 def body_framing(method: str, status: int, version: str, headers: Sequence[tuple[str, str]]
                  ) -> Framing:
     """The body framing of an answer to `method` (RFC 9112 section 6.3), and keep-alive."""
-    fields = tuple(headers)
-    keep_alive = version != "1.0" and "close" not in _tokens(fields, "connection")
-    lengths = {part.strip() for key, value in fields if key.lower() == "content-length"
-               for part in value.split(",")}
-    if len(lengths) > 1 or any(_LENGTH.fullmatch(v) is None for v in lengths):
+    keep_alive = version != "1.0"
+    transfer: list[str] = []
+    lengths: set[str] = set()
+    for name, value in headers:
+        lower = name.lower()
+        if lower == "connection":
+            keep_alive = keep_alive and "close" not in _tokens(value)
+        elif lower == "transfer-encoding":
+            transfer += _tokens(value)
+        elif lower == "content-length":
+            lengths.update(part.strip() for part in value.split(","))
+    if len(lengths) > 1 or any(not (v.isascii() and v.isdigit() and len(v) <= 20)
+                               for v in lengths):
         raise FramingError(f"an invalid Content-Length {sorted(lengths)!r}")
     if method == "HEAD" or status < 200 or status in (204, 304):
         return Framing("none", 0, keep_alive)
-    transfer = _tokens(fields, "transfer-encoding")
     if transfer:
         if transfer[-1] != "chunked":
             return Framing("close", 0, False)  # rule 4: only the close ends this body
@@ -130,6 +151,8 @@ def body_framing(method: str, status: int, version: str, headers: Sequence[tuple
 
 def chunk_size(line: bytes) -> int:
     """The size of a chunk from its size line: 1*HEXDIG, then an optional extension."""
+    if 0 < len(line) <= 16 and not line.strip(_HEX):
+        return int(line, 16)  # the usual line: hex digits alone
     match = _CHUNK_SIZE.fullmatch(line)
     if match is None:
         raise FramingError(f"a malformed chunk size line {line[:40]!r}")
@@ -158,31 +181,33 @@ class BodyReader:
         self.trailers: Fields = ()
 
     def feed(self, data: bytes) -> bytes:
-        if self.complete:
-            self.overrun = self.overrun or bool(data)
-            return b""
+        """The payload in `data`, the next bytes of the body (not called once complete)."""
         kind = self.kind
+        if kind == "chunked":
+            out: list[bytes] = []
+            pos = 0
+            if self._buf:
+                data, self._buf = self._buf + data, b""
+            elif self._state == _SIZE:
+                # The usual read: whole chunks, a slice each; the general path takes over
+                # where they stop (a split chunk, an extension, the last chunk).
+                pos = _whole_chunks(data, out)
+                if pos == len(data):
+                    return out[0] if len(out) == 1 else b"".join(out)
+            self._dechunk(data, pos, out)
+            return out[0] if len(out) == 1 else b"".join(out)
         if kind == "close":
             return data
-        if kind == "length":
-            if len(data) >= self._left:
-                self.overrun = len(data) > self._left
-                data, self._left, self.complete = data[:self._left], 0, True
-            else:
-                self._left -= len(data)
-            return data
-        if self._buf:
-            data, self._buf = self._buf + data, b""
-        elif self._state == _SIZE:
-            whole = _whole_chunks(data)  # the usual read: whole chunks, one slice per chunk
-            if whole is not None:
-                return whole
-        return self._dechunk(data)
+        if len(data) >= self._left:  # "length", or "none" (0 left)
+            self.overrun = len(data) > self._left
+            data, self._left, self.complete = data[:self._left], 0, True
+        else:
+            self._left -= len(data)
+        return data
 
-    def _dechunk(self, data: bytes) -> bytes:
-        """De-chunk `data` from wherever the last read stopped, in one pass over it."""
-        out: list[bytes] = []
-        pos, end = 0, len(data)
+    def _dechunk(self, data: bytes, pos: int, out: list[bytes]) -> None:
+        """De-chunk `data` from `pos`, wherever the last read stopped, in one pass over it."""
+        end = len(data)
         state, left = self._state, self._left
         while pos < end:
             if state == _DATA:
@@ -202,45 +227,50 @@ class BodyReader:
                     raise FramingError("a chunk without its CRLF")
                 pos += 2
                 state = _SIZE
-            else:
+            elif state == _SIZE:
                 i = data.find(b"\r\n", pos)
-                limit = MAX_SIZE_LINE_BYTES if state == _SIZE else MAX_HEAD_BYTES
                 if i < 0:
-                    if end - pos > limit:
-                        raise FramingError("a chunk size or trailer line too long")
+                    if end - pos > MAX_SIZE_LINE_BYTES:
+                        raise FramingError("a chunk size line too long")
                     self._buf = data[pos:]
                     break
                 line, pos = data[pos:i], i + 2
-                if state == _SIZE:
-                    left = chunk_size(line)
-                    state = _DATA if left else _TRAILER
-                elif line:
+                left = int(line, 16) if 0 < len(line) <= 16 and not line.strip(_HEX) \
+                    else chunk_size(line)
+                state = _DATA if left else _TRAILER
+            else:  # trailer lines, then the blank line that ends the body
+                i = data.find(b"\r\n", pos)
+                if i < 0:
+                    if end - pos > MAX_HEAD_BYTES:
+                        raise FramingError("a trailer line too long")
+                    self._buf = data[pos:]
+                    break
+                line, pos = data[pos:i], i + 2
+                if line:
                     self._trailer_lines.append(line)
                     if sum(map(len, self._trailer_lines)) > MAX_HEAD_BYTES:
                         raise FramingError("trailers longer than a head may be")
                 else:
-                    self.trailers = parse_fields(self._trailer_lines)
+                    self.trailers = parse_fields(b"\r\n".join(self._trailer_lines))
                     self.complete = True
                     self.overrun = pos < end
                     break
         self._state, self._left = state, left
-        return out[0] if len(out) == 1 else b"".join(out)
 
 
-def _whole_chunks(data: bytes) -> bytes | None:
-    """The payload when `data` is exactly whole non-final chunks with bare sizes; else None."""
-    pieces: list[bytes] = []
+def _whole_chunks(data: bytes, out: list[bytes]) -> int:
+    """Slice the whole non-final chunks with bare sizes at the start of `data` into `out`;
+    the position where they stop."""
     pos, end = 0, len(data)
     while pos < end:
         i = data.find(b"\r\n", pos)
         line = data[pos:i]
         if i < 0 or not 0 < len(line) <= 8 or line.strip(_HEX):
-            return None  # unfinished size line, chunk extension, ...: the general path
-        size = int(line, 16)
+            return pos  # unfinished size line, chunk extension, ...: the general path
         start = i + 2
-        stop = start + size
-        if size <= 0 or stop + 2 > end or data[stop:stop + 2] != b"\r\n":
-            return None
-        pieces.append(data[start:stop])
+        stop = start + int(line, 16)
+        if stop == start or stop + 2 > end or data[stop:stop + 2] != b"\r\n":
+            return pos
+        out.append(data[start:stop])
         pos = stop + 2
-    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    return pos

@@ -96,7 +96,7 @@ class RelayResult:
     """What happened on the primary path (mutable: filled while relaying)."""
 
     status: int | None = None
-    error: str | None = None  # "connect", "timeout", "reset", "bad_response"
+    error: str | None = None  # "connect", "timeout", "reset", "bad_response", "pool_full"
     cancelled: bool = False  # the client went away
     capture_failed: bool = False
     t_end: float = 0.0
