@@ -16,31 +16,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import statistics
 import subprocess
 import sys
+import tempfile
 import types
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from proxy.mirror import http1
 
-from proxy.mirror import http1  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 HEAD = (b"HTTP/1.1 200 OK\r\ndate: Fri, 04 Dec 2026 15:00:00 GMT\r\nserver: uvicorn\r\n"
         b"content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n")
 EVENT = b'data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":" w"}]}\n\n'
 
 
-class _Transport:
-    def write(self, data: bytes) -> None: ...
-    def close(self) -> None: ...
-    def abort(self) -> None: ...
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
+# A transport whose calls do nothing: only the parsing is timed.
+_Transport = type("_Transport", (), {name: lambda self, *args: None for name in (
+    "write", "close", "abort", "pause_reading", "resume_reading")})
 
 
 def _chunk(payload: bytes) -> bytes:
@@ -62,12 +60,17 @@ def scenarios() -> dict[str, list[bytes]]:
     }
 
 
-def load_reference(rev: str) -> types.ModuleType:
-    source = subprocess.run(["git", "show", f"{rev}:proxy/mirror/http1.py"], cwd=ROOT,
-                            capture_output=True, check=True).stdout
-    module = types.ModuleType("http1_reference")
-    sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, f"{rev}:proxy/mirror/http1.py", "exec"), module.__dict__)
+def load_reference(rev: str, file: Path | None) -> types.ModuleType:
+    source = file.read_bytes() if file is not None else subprocess.run(
+        ["git", "show", f"{rev}:proxy/mirror/http1.py"], cwd=ROOT, capture_output=True,
+        check=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="http1-reference-")) / "http1_reference.py"
+    path.write_bytes(source)
+    spec = importlib.util.spec_from_file_location("http1_reference", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
     return module
 
 
@@ -98,13 +101,16 @@ async def per_answer_us(connection: Callable[[], Any], reads: list[bytes], answe
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference-rev", default="e66da52")
+    parser.add_argument("--reference-file", type=Path, default=None,
+                        help="the reference http1.py itself (where git is not at hand)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0, help="per scenario and side")
     args = parser.parse_args(argv)
-    reference = load_reference(args.reference_rev)
+    reference = load_reference(args.reference_rev, args.reference_file)
     sides = {"reference": reference.Http1Connection, "current": http1.Http1Connection}
     loop = asyncio.new_event_loop()
-    print(f"http1_read: current checkout vs {args.reference_rev}, {args.rounds} interleaved "
+    print(f"http1_read: current checkout vs {args.reference_file or args.reference_rev}, "
+          f"{args.rounds} interleaved "
           f"rounds of ~{args.seconds:g} s per scenario and side")
     print(f"{'scenario':24s} {'reference us/answer':>24s} {'current us/answer':>24s} "
           f"{'current / reference':>26s}")
