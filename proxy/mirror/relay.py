@@ -80,8 +80,10 @@ def request_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
 
 
 def response_headers(headers: tuple[tuple[str, str], ...], chunked: bool) -> CIMultiDict[str]:
-    """The primary's answer headers for the client (a chunked body drops Content-Length)."""
-    return filter_headers(headers, _CHUNKED_RESPONSE_DROP if chunked else HOP_BY_HOP)
+    """The primary's answer headers for the client: a body framed by Transfer-Encoding
+    (chunked, or read to the close) drops Content-Length (RFC 9112 section 6.3)."""
+    coded = chunked or any(name.lower() == "transfer-encoding" for name, _ in headers)
+    return filter_headers(headers, _CHUNKED_RESPONSE_DROP if coded else HOP_BY_HOP)
 
 
 def proxy_error(status: int, message: str) -> web.Response:

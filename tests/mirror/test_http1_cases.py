@@ -280,6 +280,15 @@ async def test_trailers_to_an_http10_client_are_logged_by_name(serve, caplog):
     assert "trailers ['x-checksum']" in caplog.text and "abc" not in caplog.text
 
 
+async def test_a_body_read_to_the_close_reaches_the_client_whole_without_a_stale_length(serve):
+    answer = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 3\r\n\r\n"
+              b"abcdef")
+    raw = await _through_relay(await serve(Backend([answer], close_after=True)), REQUEST_11)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"Content-Length: 3" not in head
+    assert _dechunk(body) == b"abcdef"
+
+
 def _dechunk(body: bytes) -> bytes:
     """A plain reference de-chunker for what the proxy sent its client."""
     out = b""
