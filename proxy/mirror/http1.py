@@ -478,7 +478,8 @@ class Http1Pool:
     async def close(self) -> None:
         self._closed = True
         for waiter in self._slot_waiters:
-            waiter.cancel()
+            if not waiter.done():  # a failed request, not a cancelled task
+                waiter.set_exception(UpstreamError("connect"))
         for conn in self._idle:
             conn.abort()
         self._idle.clear()

@@ -174,6 +174,22 @@ async def test_a_request_that_finds_no_free_connection_in_time_fails_as_pool_ful
     await pool.close()
 
 
+async def test_closing_a_pool_fails_its_waiting_requests_without_cancelling_them(serve):
+    backend = Backend([b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"] * 2)
+    backend.release.clear()
+    pool = Http1Pool(await serve(backend), max_connections=1)
+    first = asyncio.ensure_future(pool.fetch("GET", "/", CIMultiDict(), b"", _collect([])))
+    while not backend.requests:
+        await asyncio.sleep(0.01)
+    second = asyncio.ensure_future(pool.fetch("GET", "/", CIMultiDict(), b"", _collect([])))
+    await asyncio.sleep(0.05)
+    await pool.close()
+    with pytest.raises(UpstreamError, match="connect"):
+        await second
+    backend.release.set()
+    assert (await first).status == 200
+
+
 async def test_a_capped_pool_frees_the_slot_of_a_failed_connection(serve, dead_url):
     pool = Http1Pool(dead_url(), connect_timeout_s=0.5, max_connections=1)
     for _ in range(3):
