@@ -38,6 +38,29 @@ dev_venv() {
     export PATH="$VENV/bin:$PATH"
 }
 
+aiohttp_newest_venv() {
+    # The newest aiohttp under pyproject's bound (and its newest multidict, yarl), over the
+    # dev venv's other packages: tests/mirror/test_aiohttp_newest.py runs the relay and
+    # listener suites in it. Only aiohttp's few wheels are installed; re-resolved when the
+    # bound changes and once a week (new patch releases), else reused.
+    local spec key venv purelib
+    spec="$(grep -o '"aiohttp[^"]*"' "$ROOT/pyproject.toml" | head -1 | tr -d '"')"
+    key="$(printf '%s %s' "$spec" "$(date -u +%G-W%V)" | sha256sum | cut -c1-12)"
+    venv="$CACHE/aiohttp-newest-$key"
+    if [[ ! -f "$venv/.complete" ]]; then
+        log "creating $venv ($spec, newest release)"
+        rm -rf "$CACHE"/aiohttp-newest-*
+        "$VENV/bin/python" -m venv "$venv"
+        "$venv/bin/pip" install -q --upgrade "$spec"
+        purelib="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+        # After its own site-packages: its aiohttp wins, the rest comes from the dev venv.
+        echo "import site; site.addsitedir('$purelib')" \
+            >"$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-dev-venv.pth"
+        touch "$venv/.complete"
+    fi
+    export VLLM_CUTOVER_AIOHTTP_NEWEST_PYTHON="$venv/bin/python"
+}
+
 apt_packages() {
     local missing=()
     command -v dockerd >/dev/null || missing+=(docker.io)
@@ -105,14 +128,14 @@ cmd="${1:-}"
 shift || true
 case "$cmd" in
     setup) dev_venv ;;
-    setup-e2e) dev_venv; apt_packages; docker_engine; base_image; vllm_venv ;;
+    setup-e2e) dev_venv; aiohttp_newest_venv; apt_packages; docker_engine; base_image; vllm_venv ;;
     demo) dev_venv; exec vllm-cutover demo "$@" ;;
     demo-docker)
         dev_venv; apt_packages; docker_engine; base_image
         exec python "$ROOT/scripts/demo_docker.py" "$@"
         ;;
     test)
-        dev_venv; apt_packages; docker_engine; base_image; vllm_venv
+        dev_venv; aiohttp_newest_venv; apt_packages; docker_engine; base_image; vllm_venv
         export VLLM_CUTOVER_REQUIRE_E2E=1 VLLM_CUTOVER_CACHE="$CACHE"
         cd "$ROOT"
         exec python -m pytest "$@"

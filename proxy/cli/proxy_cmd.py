@@ -97,6 +97,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-idle-per-client", type=int, default=256, metavar="N",
                    help="idle connections (no request in flight) one client IP may hold; "
                         "one more closes its oldest (default %(default)s)")
+    p.add_argument("--max-upstream-connections", type=int, default=1024, metavar="N",
+                   help="connections the proxy opens to one backend per lane (client "
+                        "traffic; mirrored traffic); a request beyond them waits for one, "
+                        "up to the connect timeout, then fails (default %(default)s)")
     p.add_argument("--drain-timeout", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, time for requests in flight to finish (default %(default)s)")
     p.add_argument("--capture-in-process", action="store_true",
@@ -161,6 +165,7 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         drain_timeout_s=args.drain_timeout,
         header_timeout_s=args.header_timeout,
         max_idle_per_client=args.max_idle_per_client,
+        max_upstream_connections=args.max_upstream_connections,
         capture_worker=not args.capture_in_process,
         worker_cpus=args.worker_cpus,
         worker_priority=args.worker_priority,

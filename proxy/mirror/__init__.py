@@ -7,7 +7,8 @@ collector (what may be mirrored under load, and GC pauses kept short); listener 
 server (sockets, signals, graceful shutdown); route_state (routes persisted and
 restored), control (what a cutover acts through), evidence and verdict (the gate off the
 loop). Rooms:
-- `upstream/`: the lean HTTP/1.1 client both lanes use (http1, stamped) and routing;
+- `upstream/`: the lean HTTP/1.1 client both lanes use (http1 over framing: heads, body
+  framing and chunks with no I/O; stamped) and routing;
 - `worker/`: the capture worker process and its channel (process, link, remote, ipc,
   messages, priority);
 - `admin/`: the admin listener (api) and the gate's Argo / Flagger forms (gate_hooks).

@@ -178,7 +178,8 @@ async def _router_ctx(app: web.Application) -> AsyncIterator[None]:
     persist = route_persister(state)
     if write:
         persist(routes, version)
-    router = Router(routes, make_pool_factory(config.connect_timeout_s), version, persist)
+    pools = make_pool_factory(config.connect_timeout_s, config.max_upstream_connections)
+    router = Router(routes, pools, version, persist)
     app[ROUTER_KEY] = router
     app[METRICS_KEY].route_version.set(router.routes.version)
     yield

@@ -163,6 +163,8 @@ class ProxyConfig:
     # Idle connections (no request in flight) one client IP may hold; one more closes
     # its oldest. High enough for a gateway's keep-alive pool in front of the proxy.
     max_idle_per_client: int = 256
+    # Connections per backend and lane (proxy.mirror.upstream.http1.Http1Pool); more requests wait.
+    max_upstream_connections: int = 1024
     # Mirroring, capture, comparison and records in a worker process (proxy.mirror.worker.remote);
     # False: all on the proxy's own event loop.
     capture_worker: bool = True
@@ -197,6 +199,9 @@ class ProxyConfig:
         if self.max_idle_per_client < 1:
             raise ConfigError(f"--max-idle-per-client must be >= 1, got "
                               f"{self.max_idle_per_client!r}")
+        if self.max_upstream_connections < 1:
+            raise ConfigError(f"--max-upstream-connections must be >= 1, got "
+                              f"{self.max_upstream_connections!r}")
         if self.max_body_bytes < 1:
             raise ConfigError(f"--max-body-bytes must be >= 1, got {self.max_body_bytes!r}")
         if self.main_metrics_path is not None and (

@@ -6,6 +6,12 @@ unchanged, each piece written from the upstream socket's callback as soon as it
 arrives (`_ClientSink`), never buffered. Errors the proxy itself
 produces are marked (`X-Vllm-Cutover-Error: 1` and a JSON body whose error type
 is `vllm_cutover_proxy_error`) so nobody mistakes them for vLLM's answers.
+
+What the client gets stays byte-exact; only the capture sees through a Content-Encoding:
+gzip and deflate are decoded for the tap, any other coding (br, zstd) is not compared
+(the primary's capture fails as "capture_failed", logged with the coding). Trailers of a
+chunked answer go on to a client whose answer is chunked too, else they are logged
+(by name) and dropped.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import zlib
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from time import perf_counter
@@ -21,6 +28,7 @@ from typing import cast
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http import HttpVersion11
+from aiohttp.http_writer import StreamWriter
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.mirror.upstream.http1 import Http1Connection, UpstreamError
@@ -39,6 +47,10 @@ HOP_BY_HOP = frozenset({
 # already read, so an Expect: 100-continue would only cost the upstream a round trip.
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
 _CHUNKED_RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
+# Fields a trailer must not carry (RFC 9110 section 6.5.1: framing, routing, auth).
+_TRAILER_DROP = _CHUNKED_RESPONSE_DROP | {"host", "content-encoding", "content-type",
+                                          "authorization", "set-cookie"}
+DECODED_CODINGS = frozenset({"gzip", "x-gzip", "deflate"})
 ChunkTap = Callable[[bytes, float], None]
 TapFactory = Callable[[str], ChunkTap]  # content type -> tap
 CLIENT_GONE = "client_gone"
@@ -68,8 +80,10 @@ def request_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
 
 
 def response_headers(headers: tuple[tuple[str, str], ...], chunked: bool) -> CIMultiDict[str]:
-    """The primary's answer headers for the client (a chunked body drops Content-Length)."""
-    return filter_headers(headers, _CHUNKED_RESPONSE_DROP if chunked else HOP_BY_HOP)
+    """The primary's answer headers for the client: a body framed by Transfer-Encoding
+    (chunked, or read to the close) drops Content-Length (RFC 9112 section 6.3)."""
+    coded = chunked or any(name.lower() == "transfer-encoding" for name, _ in headers)
+    return filter_headers(headers, _CHUNKED_RESPONSE_DROP if coded else HOP_BY_HOP)
 
 
 def proxy_error(status: int, message: str) -> web.Response:
@@ -84,10 +98,29 @@ class RelayResult:
     """What happened on the primary path (mutable: filled while relaying)."""
 
     status: int | None = None
-    error: str | None = None  # "connect", "timeout", "reset", "bad_response"
+    error: str | None = None  # "connect", "timeout", "reset", "bad_response", "pool_full"
     cancelled: bool = False  # the client went away
     capture_failed: bool = False
     t_end: float = 0.0
+
+
+def decoding_tap(tap: ChunkTap, coding: str) -> ChunkTap:
+    """`tap` behind a decoder of `coding` (gzip or deflate, zlib- or raw-framed)."""
+    # 32 + 15: a gzip or zlib header, whichever comes; raw deflate is retried below.
+    state = [zlib.decompressobj(47)]
+
+    def decode(chunk: bytes, t: float) -> None:
+        try:
+            out = state[0].decompress(chunk)
+        except zlib.error:
+            if coding != "deflate" or state[0].unused_data or state[0].eof:
+                raise
+            state[0] = zlib.decompressobj(-15)  # deflate sent without its zlib header
+            out = state[0].decompress(chunk)
+        if out:
+            tap(out, t)
+
+    return decode
 
 
 class _ClientSink:
@@ -160,6 +193,10 @@ def _head_error(upstream: Upstream, kind: str, result: RelayResult) -> web.Respo
     result.t_end = perf_counter()
     if kind == "timeout":
         return proxy_error(504, f"timed out connecting to the primary {upstream.url}")
+    if kind == "pool_full":
+        return proxy_error(503, f"no connection to the primary {upstream.url} came free in "
+                                f"{upstream.pool.connect_timeout_s:g} s "
+                                f"(--max-upstream-connections {upstream.pool.max_connections})")
     if kind == "connect":
         if upstream.should_warn():
             log.warning("primary %s unreachable", upstream.url)
@@ -169,6 +206,35 @@ def _head_error(upstream: Upstream, kind: str, result: RelayResult) -> web.Respo
     what = "closed the connection without an answer" if kind == "reset" \
         else "sent an invalid HTTP answer"
     return proxy_error(502, f"primary {upstream.url} {what}")
+
+
+def _capture_tap(tap_for: TapFactory | None, content_type: str, coding: str,
+                 upstream: Upstream, result: RelayResult) -> ChunkTap | None:
+    """The tap for the primary's answer: decoded for the capture, or none at all."""
+    if tap_for is None:
+        return None
+    if not coding:
+        return tap_for(content_type)
+    if coding in DECODED_CODINGS:
+        return decoding_tap(tap_for(content_type), coding)
+    result.capture_failed = True
+    if upstream.should_warn():
+        log.warning("primary %s answered with Content-Encoding %r: relayed, not compared "
+                    "(only gzip and deflate are decoded for the capture)", upstream.url, coding)
+    return None
+
+
+def _relay_trailers(trailers: tuple[tuple[str, str], ...], writer: AbstractStreamWriter,
+                    transport: asyncio.BaseTransport, chunked: bool, upstream: Upstream) -> None:
+    """Send the primary's trailer fields after the last chunk, in place of aiohttp's end."""
+    fields = filter_headers(trailers, _TRAILER_DROP)
+    if chunked and isinstance(writer, StreamWriter) and not transport.is_closing():
+        lines = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in fields.items())
+        cast(asyncio.Transport, transport).write(b"0\r\n" + lines + b"\r\n")
+        writer.chunked = False  # the end of the body is written: aiohttp adds none
+    elif upstream.should_warn():
+        log.warning("primary %s sent trailers %s; dropped (the client's answer is not chunked)",
+                    upstream.url, sorted({k.lower() for k, _ in trailers}))
 
 
 async def relay(
@@ -213,10 +279,12 @@ async def relay(
         transport = request.transport
         if writer is None or transport is None or transport.is_closing():
             raise ConnectionResetError("client gone")
-        tap = tap_for(head.content_type) if tap_for is not None else None
+        tap = _capture_tap(tap_for, head.content_type, head.content_encoding, upstream, result)
         sink = _ClientSink(conn, writer, cast(asyncio.Transport, transport), chunked, tap, result)
         await conn.attach(sink.feed)
         result.t_end = perf_counter()
+        if conn.trailers:
+            _relay_trailers(conn.trailers, writer, transport, chunked, upstream)
         pool.release(conn)
     except asyncio.CancelledError:
         result.cancelled = True

@@ -8,16 +8,19 @@ up per SSE event. `Http1Pool.open()` sends a request and returns once the answer
 is in; the body is held (reading paused) until `attach(feed)`, so the relay can send
 the client its head first. One pool of keep-alive connections per (lane, backend);
 every failure is an `UpstreamError` whose `kind` ends up in the record ("connect",
-"timeout", "reset", "bad_response", ...).
+"timeout", "reset", "bad_response", "pool_full", ...). What the bytes mean (head, body
+framing, chunks) is decided without I/O in `proxy.mirror.upstream.framing`; this module only moves
+them. A pool holds at most `max_connections` connections; a request beyond them waits
+for one (up to the connect timeout).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from time import perf_counter
 from typing import TypeVar, cast
 from urllib.parse import urlsplit
@@ -25,6 +28,14 @@ from urllib.parse import urlsplit
 from multidict import CIMultiDict
 
 from proxy.credentials import basic_authorization
+from proxy.mirror.upstream.framing import (
+    MAX_HEAD_BYTES,
+    BodyReader,
+    FramingError,
+    Head,
+    body_framing,
+    parse_head,
+)
 from proxy.mirror.upstream.stamped import open_stamped
 
 log = logging.getLogger(__name__)
@@ -32,11 +43,10 @@ log = logging.getLogger(__name__)
 Feed = Callable[[bytes, float], None]
 T = TypeVar("T")
 
-MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE_S = 4.0  # below uvicorn's (vLLM's) 5 s keep-alive: never reuse a closing socket
 DOWN_S = 0.5  # mirror lane: after a refused connect, fail fast (no syscalls) for this long...
 MAX_DOWN_S = 8.0  # ...doubled on each refusal in a row, up to this
-_SIZE, _DATA, _CRLF, _TRAILER = range(4)
+DEFAULT_MAX_CONNECTIONS = 1024  # per pool: above any engine's concurrent requests
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -77,66 +87,10 @@ class UpstreamError(Exception):
         self.kind = kind
 
 
-@dataclass(frozen=True, slots=True)
-class Head:
-    """Status line and headers of an answer (names and values as sent, latin-1)."""
-
-    status: int
-    reason: str
-    headers: tuple[tuple[str, str], ...]
-    content_type: str  # media type only, lower case: "text/event-stream"
-    chunked: bool  # the body came chunked (a Content-Length beside it is meaningless)
-
-
-def _parse_head(head: bytes) -> tuple[Head, str, int, bool]:
-    """(head, body mode, Content-Length, close after); raises UpstreamError on garbage."""
-    lines = head.split(b"\r\n")
-    version, _, rest = lines[0].partition(b" ")
-    if not version.startswith(b"HTTP/1.") or len(rest) < 3 or not rest[:3].isdigit():
-        raise UpstreamError("bad_response")
-    status = int(rest[:3])
-    close = version == b"HTTP/1.0"
-    length: int | None = None
-    chunked = False
-    content_type = ""
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        if line[:1] in (b" ", b"\t") and headers:  # obsolete line folding
-            name, value = headers.pop()
-            headers.append((name, f"{value} {line.strip().decode('latin-1')}"))
-            continue
-        raw_name, sep, raw_value = line.partition(b":")
-        if not sep or not raw_name or raw_name != raw_name.strip():
-            raise UpstreamError("bad_response")
-        name = raw_name.decode("latin-1")
-        value = raw_value.strip().decode("latin-1")
-        headers.append((name, value))
-        lower = name.lower()
-        if lower == "content-length":
-            if not value.isdigit() or (length is not None and int(value) != length):
-                raise UpstreamError("bad_response")
-            length = int(value)
-        elif lower == "transfer-encoding":
-            chunked = "chunked" in value.lower()
-        elif lower == "content-type":
-            content_type = value.split(";", 1)[0].strip().lower()
-        elif lower == "connection":
-            tokens = value.lower()
-            close = "close" in tokens or (close and "keep-alive" not in tokens)
-    if chunked:
-        mode = "chunked"
-    elif length is not None:
-        mode = "length"
-    else:
-        mode, close = "close", True
-    return (Head(status, rest[4:].decode("latin-1"), tuple(headers), content_type, chunked),
-            mode, length or 0, close)
-
-
 class Http1Connection(asyncio.Protocol):
     """One keep-alive connection to a backend; one request at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_close: Callable[[], None] | None = None) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.keep_alive = True
@@ -144,10 +98,12 @@ class Http1Connection(asyncio.Protocol):
         self.received = 0  # body bytes fed for the current request
         self.sent_at = 0.0  # perf_counter time the current request went to the socket
         self.head: Head | None = None
+        self._on_close = on_close  # the pool's: a slot is free again
         self._head_waiter: asyncio.Future[Head] | None = None
         self._done: asyncio.Future[None] | None = None
         self._feed: Feed | None = None
         self._held: list[tuple[bytes, float]] = []
+        self._reader: BodyReader | None = None
         self._error: str | None = None
         self._complete = False
         self._active = False
@@ -156,18 +112,18 @@ class Http1Connection(asyncio.Protocol):
         # uvloop's transports are not asyncio.Transport subclasses: no isinstance check.
         self.transport = cast(asyncio.Transport, transport)
 
-    # -- driving a request ----------------------------------------------------------
-    def send(self, request: bytes, no_body: bool = False) -> asyncio.Future[Head]:
-        """Write `request`; the future gives the answer's head (1xx interim heads skipped).
+    @property
+    def trailers(self) -> tuple[tuple[str, str], ...]:
+        """The trailer fields of a chunked answer read to its end (else empty)."""
+        return self._reader.trailers if self._reader is not None else ()
 
-        `no_body`: the request was HEAD, so the answer has no body whatever it says.
-        """
+    # -- driving a request ----------------------------------------------------------
+    def send(self, request: bytes, method: str = "GET") -> asyncio.Future[Head]:
+        """Write `request` (a `method` request); the future gives the answer's head (1xx
+        interim heads skipped)."""
         self._buf = bytearray()
-        self._in_head = True
-        self._no_body = no_body
-        self._mode = ""
-        self._left = 0
-        self._state = _SIZE
+        self._method = method
+        self._reader = None
         self._complete = False
         self._error = None
         self._feed = None
@@ -204,9 +160,15 @@ class Http1Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         self.keep_alive = False
-        self.closed = True
+        self._mark_closed()
         if self.transport is not None:
             self.transport.abort()
+
+    def _mark_closed(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self._on_close is not None:
+                self._on_close()
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.closed:
@@ -223,10 +185,11 @@ class Http1Connection(asyncio.Protocol):
 
     # -- protocol callbacks ---------------------------------------------------------
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        self._mark_closed()
         if not self._active:
             return
-        if not self._in_head and self._mode == "close" and self._error is None:
+        reader = self._reader
+        if reader is not None and reader.kind == "close" and self._error is None:
             self._complete = True  # a close-delimited body ends with the connection
         elif not self._complete:
             self._error = self._error or "reset"
@@ -240,20 +203,28 @@ class Http1Connection(asyncio.Protocol):
         if not self._active or self._complete or self._error is not None:
             if not self._active:
                 self.abort()  # nothing asked: a confused server
+            elif self._complete and data:
+                self.keep_alive = False  # bytes beyond the answer: do not reuse
             return
+        reader = self._reader
         try:
-            if self._in_head:
+            if reader is None:
                 rest = self._read_head(data)
                 if rest is None:
                     return
-                data = rest
-            payload = self._body(data) if data else b""
+                data, reader = rest, self._reader
+                assert reader is not None
+            payload = reader.feed(data) if data else b""
         except UpstreamError as exc:
             self.fail(exc.kind)
             return
-        except (ValueError, IndexError):
+        except FramingError:
             self.fail("bad_response")
             return
+        if reader.complete:
+            self._complete = True
+            if reader.overrun:
+                self.keep_alive = False  # bytes beyond the answer: do not reuse
         if payload:
             if self._feed is None:
                 self._held.append((payload, t))
@@ -271,7 +242,7 @@ class Http1Connection(asyncio.Protocol):
                 if len(self._buf) > MAX_HEAD_BYTES:
                     raise UpstreamError("bad_response")
                 return None
-            head, mode, length, close = _parse_head(bytes(self._buf[:end]))
+            head = parse_head(bytes(self._buf[:end]))
             del self._buf[:end + 4]
             if 100 <= head.status < 200:
                 if head.status == 101:
@@ -280,20 +251,13 @@ class Http1Connection(asyncio.Protocol):
             break
         rest = bytes(self._buf)
         self._buf = bytearray()
-        self._in_head = False
-        if self._no_body or head.status in (204, 304):
-            mode = "none"
-            if rest:
-                close = True  # bytes where no body may be: do not reuse
-        self._mode, self._left = mode, length
-        self.keep_alive = not close
-        self._complete = mode == "none" or (mode == "length" and length == 0)
-        if mode == "length" and len(rest) > length:
-            self.keep_alive = False  # bytes beyond the answer: do not reuse
+        framing = body_framing(self._method, head.status, head.version, head.headers)
+        self._reader = reader = BodyReader(framing)
+        self.keep_alive = framing.keep_alive
         self.head = head
         if self._head_waiter is not None and not self._head_waiter.done():
             self._head_waiter.set_result(head)
-        if not self._complete:
+        if not reader.complete:
             self.pause_reading()  # until attach(): the body waits in the kernel
         return rest
 
@@ -323,103 +287,8 @@ class Http1Connection(asyncio.Protocol):
         elif self._complete:
             done.set_result(None)
             if not self.keep_alive and self.transport is not None:
+                self._mark_closed()
                 self.transport.close()
-
-    def _body(self, data: bytes) -> bytes:
-        mode = self._mode
-        if mode == "close":
-            return data
-        if mode == "length":
-            if len(data) >= self._left:
-                data, self._left, self._complete = data[:self._left], 0, True
-            else:
-                self._left -= len(data)
-            return data
-        if mode != "chunked":
-            return b""
-        if self._buf:  # the unfinished size line (or CRLF, trailer) of the last read
-            data = bytes(self._buf) + data
-            self._buf = bytearray()
-        elif self._state == _SIZE:
-            # The usual read: whole chunks ("size CRLF data CRLF"), one slice per chunk.
-            whole = self._whole_chunks(data)
-            if whole is not None:
-                return whole
-        return self._dechunk(data)
-
-    def _dechunk(self, data: bytes) -> bytes:
-        """De-chunk `data` from wherever the last read stopped, in one pass over it.
-
-        Positions move through `data` (no copies of what is left, so a read of many
-        chunks costs linear time); an unfinished size line, CRLF or trailer line is
-        kept in `_buf` for the next read.
-        """
-        out: list[bytes] = []
-        pos, end = 0, len(data)
-        state, left = self._state, self._left
-        while pos < end:
-            if state == _DATA:
-                stop = min(pos + left, end)
-                out.append(data[pos:stop])
-                left -= stop - pos
-                pos = stop
-                if left == 0:
-                    state = _CRLF
-            elif state == _CRLF:
-                if end - pos < 2:
-                    if data[pos:] != b"\r":
-                        raise UpstreamError("bad_response")
-                    self._buf += data[pos:]
-                    break
-                if data[pos:pos + 2] != b"\r\n":
-                    raise UpstreamError("bad_response")
-                pos += 2
-                state = _SIZE
-            elif state == _SIZE:
-                i = data.find(b"\r\n", pos)
-                if i < 0:
-                    if end - pos > 1024:
-                        raise UpstreamError("bad_response")
-                    self._buf += data[pos:]
-                    break
-                left = int(data[pos:i].split(b";", 1)[0].strip(), 16)
-                if left < 0:
-                    raise UpstreamError("bad_response")
-                pos = i + 2
-                state = _DATA if left else _TRAILER
-            else:  # trailer lines, then the blank line that ends the body
-                i = data.find(b"\r\n", pos)
-                if i < 0:
-                    if end - pos > MAX_HEAD_BYTES:
-                        raise UpstreamError("bad_response")
-                    self._buf += data[pos:]
-                    break
-                if i == pos:
-                    self._complete = True
-                    if i + 2 < end:
-                        self.keep_alive = False  # bytes beyond the answer: do not reuse
-                    break
-                pos = i + 2
-        self._state, self._left = state, left
-        return out[0] if len(out) == 1 else b"".join(out)
-
-    def _whole_chunks(self, data: bytes) -> bytes | None:
-        """The payload when `data` is exactly whole non-final chunks; else None."""
-        pieces: list[bytes] = []
-        pos, end = 0, len(data)
-        while pos < end:
-            i = data.find(b"\r\n", pos)
-            line = data[pos:i]
-            if i < 0 or len(line) > 8 or not line.isalnum():
-                return None  # unfinished size line, chunk extension, ...: general path
-            size = int(line, 16)
-            start = i + 2
-            stop = start + size
-            if size <= 0 or stop + 2 > end or data[stop:stop + 2] != b"\r\n":
-                return None
-            pieces.append(data[start:stop])
-            pos = stop + 2
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 class Http1Pool:
@@ -431,7 +300,8 @@ class Http1Pool:
     """
 
     def __init__(self, url: str, connect_timeout_s: float = 10.0,
-                 fail_fast: bool = False, stamped: bool = False) -> None:
+                 fail_fast: bool = False, stamped: bool = False,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, identity: bool = False) -> None:
         parts = urlsplit(url)
         self.https = parts.scheme == "https"
         self.host = parts.hostname or ""
@@ -444,6 +314,12 @@ class Http1Pool:
         self.fail_fast = fail_fast
         # Time reads by the kernel's arrival stamps (proxy.mirror.upstream.stamped): plain TCP only.
         self.stamped = stamped and not self.https
+        self.max_connections = max_connections
+        # Answers this pool reads are parsed, not relayed: ask for them without a
+        # Content-Encoding (gzip from a gateway would make a capture garbage).
+        self.identity = identity
+        self.connections = 0  # open or opening, idle or in use
+        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._idle: list[Http1Connection] = []
         self._closed = False
         self._down_until = 0.0
@@ -460,11 +336,14 @@ class Http1Pool:
         head = [f"{method} {self.base_path}{path} HTTP/1.1", f"Host: {self.host_header}"]
         if body or method in _BODY_METHODS:
             head.append(f"Content-Length: {len(body)}")
-        if self.authorization is None:
-            head.extend(f"{k}: {v}" for k, v in headers.items())
-        else:
+        drop: set[str] = set()
+        if self.authorization is not None:
             head.append(f"Authorization: {self.authorization}")
-            head.extend(f"{k}: {v}" for k, v in headers.items() if k.lower() != "authorization")
+            drop.add("authorization")
+        if self.identity:
+            head.append("Accept-Encoding: identity")
+            drop.add("accept-encoding")
+        head.extend(f"{k}: {v}" for k, v in headers.items() if not drop or k.lower() not in drop)
         return "\r\n".join(head).encode("utf-8", "surrogateescape") + b"\r\n\r\n" + body
 
     def _idle_connection(self) -> Http1Connection | None:
@@ -476,25 +355,73 @@ class Http1Pool:
             conn.abort()
         return None
 
+    def _freed(self) -> None:
+        """A connection closed: its slot goes to the first request waiting for one."""
+        self.connections -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def _connection(self, fresh: bool) -> Http1Connection:
+        """An idle connection (unless `fresh`), else a new one; at the cap, wait for a slot."""
+        while True:
+            conn = None if fresh else self._idle_connection()
+            if conn is not None:
+                return conn
+            if self.connections < self.max_connections:
+                return await self._new_connection()
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._slot_waiters.append(waiter)
+            try:
+                await within(waiter, self.connect_timeout_s)
+            except BaseException as exc:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken just as it gave up: the slot goes to the next
+                else:
+                    waiter.cancel()
+                if isinstance(exc, asyncio.TimeoutError):
+                    raise UpstreamError("pool_full") from None
+                raise
+
     async def _new_connection(self) -> Http1Connection:
         if self.down:
             raise UpstreamError("connect")  # a dead shadow costs the proxy next to nothing
         loop = asyncio.get_running_loop()
+        self.connections += 1  # the slot is taken while connecting
+
+        made: list[Http1Connection] = []
+
+        def factory() -> Http1Connection:
+            made.append(Http1Connection(self._freed))  # its close frees the slot, once
+            return made[0]
+
         try:
             if self.stamped:
-                _, conn = await within(open_stamped(Http1Connection, self.host, self.port),
+                _, conn = await within(open_stamped(factory, self.host, self.port),
                                        self.connect_timeout_s)
             else:
                 _, conn = await within(loop.create_connection(
-                    Http1Connection, self.host, self.port, ssl=True if self.https else None,
+                    factory, self.host, self.port, ssl=True if self.https else None,
                 ), self.connect_timeout_s)
-        except asyncio.TimeoutError as exc:
-            raise UpstreamError("timeout") from exc
-        except OSError as exc:
-            if self.fail_fast:
-                self._down_until = time.monotonic() + min(MAX_DOWN_S, DOWN_S * 2**self._refusals)
-                self._refusals = min(self._refusals + 1, 16)
-            raise UpstreamError("connect") from exc
+        except BaseException as exc:
+            if made:
+                made[0].abort()
+            else:
+                self._freed()
+            if isinstance(exc, asyncio.TimeoutError):
+                raise UpstreamError("timeout") from exc
+            if isinstance(exc, OSError):
+                if self.fail_fast:
+                    self._down_until = time.monotonic() + min(MAX_DOWN_S,
+                                                              DOWN_S * 2**self._refusals)
+                    self._refusals = min(self._refusals + 1, 16)
+                raise UpstreamError("connect") from exc
+            raise
         self._refusals = 0
         return conn
 
@@ -508,19 +435,16 @@ class Http1Pool:
         backend never saw that request.
         """
         request = self.request_bytes(method, path, headers, body)
-        conn = self._idle_connection()
         for attempt in (0, 1):
-            reused = conn is not None
-            if conn is None:
-                conn = await self._new_connection()
+            conn = await self._connection(fresh=attempt == 1)
+            reused = conn.idle_since > 0.0
             try:
-                await conn.send(request, no_body=method == "HEAD")
+                await conn.send(request, method)
                 return conn
             except UpstreamError as exc:
                 conn.abort()
                 if not (reused and attempt == 0 and exc.kind == "reset"):
                     raise
-                conn = None
             except BaseException:
                 conn.abort()  # cancelled: the backend stops
                 raise
@@ -531,6 +455,7 @@ class Http1Pool:
         if conn.reusable and not self._closed:
             conn.idle_since = time.monotonic()
             self._idle.append(conn)
+            self._wake()
         else:
             conn.abort()
 
@@ -552,6 +477,9 @@ class Http1Pool:
 
     async def close(self) -> None:
         self._closed = True
+        for waiter in self._slot_waiters:
+            if not waiter.done():  # a failed request, not a cancelled task
+                waiter.set_exception(UpstreamError("connect"))
         for conn in self._idle:
             conn.abort()
         self._idle.clear()

@@ -19,7 +19,7 @@ from typing import Literal
 from proxy.credentials import without_credentials
 from proxy.cutover.control import RouteConflict
 from proxy.mirror.config import RouteConfig
-from proxy.mirror.upstream.http1 import Http1Pool
+from proxy.mirror.upstream.http1 import DEFAULT_MAX_CONNECTIONS, Http1Pool
 from proxy.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -201,13 +201,16 @@ class Router:
                              return_exceptions=True)
 
 
-def make_pool_factory(connect_timeout_s: float) -> PoolFactory:
-    """Keep-alive pools; the mirror lane's fail fast while their backend refuses."""
+def make_pool_factory(connect_timeout_s: float,
+                      max_connections: int = DEFAULT_MAX_CONNECTIONS) -> PoolFactory:
+    """Keep-alive pools of at most `max_connections`; the mirror lane's fail fast while
+    their backend refuses and ask for unencoded answers (they are parsed, never relayed)."""
 
     def factory(lane: Lane, url: str) -> Http1Pool:
         mirror = lane == "mirror"
         # Mirrors are read by the capture worker at a lower priority: their reads are timed
         # by the kernel's arrival stamps, so a late read does not make a backend look slow.
-        return Http1Pool(url, connect_timeout_s, fail_fast=mirror, stamped=mirror)
+        return Http1Pool(url, connect_timeout_s, fail_fast=mirror, stamped=mirror,
+                         max_connections=max_connections, identity=mirror)
 
     return factory

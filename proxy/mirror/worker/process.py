@@ -112,7 +112,8 @@ class CaptureWorker:
         sync = SqliteStore(config.store.db_path, config.store.retention_rows,
                            config.store.store_text)
         self.store = RecordStore(sync, on_drop=self.metrics.records_dropped.inc)
-        self.router = Router(config.routes, make_pool_factory(config.connect_timeout_s))
+        pools = make_pool_factory(config.connect_timeout_s, config.max_upstream_connections)
+        self.router = Router(config.routes, pools)
         mirror_config = dataclasses.replace(config.mirror, max_shadow_inflight=NO_CAP,
                                             overload_lag_s=0.0)
         self.mirror = Mirror(mirror_config, self.tasks, self.metrics, self.store)
