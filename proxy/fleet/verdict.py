@@ -4,9 +4,9 @@ One verdict logic: the fleet's counts and histograms become the same `GateInputs
 sidecar builds from its records, and the same pure gate judges them. What is weaker:
 latency and output lengths exist only as histogram buckets (2^(1/6) apart, see
 `proxy.evidence_metrics`). Each bucket's count is spread evenly across the bucket, so a
-percentile is what `histogram_quantile` interpolates (within about 6 % of the truth) and
-the Mann-Whitney test cannot see a shift smaller than a bucket (a slowdown inside one
-bucket is judged by the ratio alone, then "not significant": inconclusive, not fail).
+quantile's confidence-sequence bound is read off those pseudo-samples: the same
+anytime-valid checks as a sidecar's, but a bound may sit anywhere within its bucket
+(up to 2^(1/6), about 12 %, off the per-record one), in either direction.
 
 A scrape that misses sidecars is never a pass: no target, a target down, or fewer up
 than `min_targets` make a pass inconclusive (a fail stays a fail: the sidecars that

@@ -12,7 +12,10 @@ from proxy.fleet.promql import FleetQueries, parse_selector
 from proxy.fleet.verdict import FleetEvidence, fleet_verdict, histogram_samples, read_evidence
 
 CRITERIA = GateCriteria(min_samples=10, max_ttft_p50_ratio=None, max_ttft_p99_ratio=None,
-                        max_tpot_p50_ratio=None, max_tpot_p99_ratio=None, max_length_shift=None)
+                        max_tpot_p50_ratio=None, max_tpot_p99_ratio=None, max_length_shift=None,
+                        max_error_rate_excess=0.2, max_e2e_unstreamed_p50_ratio=None,
+                        max_e2e_unstreamed_p99_ratio=None, max_tpot_unstreamed_p50_ratio=None,
+                        max_tpot_unstreamed_p99_ratio=None)
 
 
 def _cumulative(values: list[float]) -> list[tuple[float, float]]:

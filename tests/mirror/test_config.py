@@ -164,6 +164,8 @@ def test_latency_ratio_limits_are_flags_and_zero_turns_one_off() -> None:
                                              "--gate-max-tpot-p50-ratio", "0"]))
     assert loose.max_ttft_p99_ratio == 2.5 and loose.max_tpot_p50_ratio is None
     assert [name for name, *_ in loose.ratio_limits()] == [
-        "max_ttft_p50_ratio", "max_ttft_p99_ratio", "max_tpot_p99_ratio"]
+        "max_ttft_p50_ratio", "max_ttft_p99_ratio", "max_tpot_p99_ratio",
+        "max_e2e_unstreamed_p50_ratio", "max_e2e_unstreamed_p99_ratio",
+        "max_tpot_unstreamed_p50_ratio", "max_tpot_unstreamed_p99_ratio"]
     with pytest.raises(ValueError, match="-1"):
         gate_criteria(parser.parse_args(["--gate-max-ttft-p50-ratio", "-1"]))
