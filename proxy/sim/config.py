@@ -30,8 +30,15 @@ class SimConfig:
     reset_rate: float = 0.0  # connection dropped mid-answer
     garbage_rate: float = 0.0  # invalid SSE / JSON mid-answer
     seed: int = 0
+    # A tail-only slowdown: this share of requests has its first token `ttft_tail_factor`
+    # times later (a kernel that stalls now and then under load; the p50 stays).
+    ttft_tail_share: float = 0.0
+    ttft_tail_factor: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.ttft_tail_share <= 1.0 or self.ttft_tail_factor < 1.0:
+            raise SimConfigError("need 0 <= ttft_tail_share <= 1 and ttft_tail_factor >= 1, got "
+                                 f"{self.ttft_tail_share!r} and {self.ttft_tail_factor!r}")
         for name in ("divergence_rate", "error_rate", "reset_rate", "garbage_rate", "jitter"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
