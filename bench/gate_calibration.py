@@ -267,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--analysis-delay", type=float, default=10.0)
     parser.add_argument("--failure-limit", type=int, default=3)
     parser.add_argument("--cells", default="", help="name fragments, separated by ;")
+    parser.add_argument("--only", default=None, metavar="A:B",
+                        help="only cells A..B-1 (0-based): runs split into shorter pieces")
     parser.add_argument("--check-runs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--smoke", action="store_true", help="20 runs, 120 s, 3 cells")
@@ -278,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     criteria = GateCriteria()
     wanted = [w for w in args.cells.split(";") if w]
     chosen = [c for c in cells() if not wanted or any(w in c.name for w in wanted)]
+    first = 0
+    if args.only is not None:
+        first, _, last = args.only.partition(":")
+        first = int(first)
+        chosen = chosen[first:int(last) if last else first + 1]
     print(f"{args.runs} runs a cell, {RATE_PER_S} requests/s, a look a second for {looks} s, "
           f"failure limit {args.failure_limit}; promoted / aborted with 95 % Wilson intervals; "
           "median samples (a role) to the decision")
@@ -287,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     worst, mismatches, started = (0.0, ""), 0, time.monotonic()
     for i, cell in enumerate(chosen):
         new, today, bad = simulate(cell, args.runs, looks, args.failure_limit,
-                                   args.seed + i, args.check_runs, criteria)
+                                   args.seed + first + i, args.check_runs, criteria)
         mismatches += bad
         print(f"| {cell.name} | {'yes' if cell.limit_case else 'no'} | {_rate(new.promoted)} | "
               f"{_rate(new.aborted)} | {_median(new)} | {_rate(today.promoted)} | "
