@@ -134,9 +134,11 @@ def simulate(cell: Cell, runs: int, looks: int, failure_limit: int, seed: int,
         mw = bool((results["today"].decided_at < 0).any())
         _add_arrivals(series, trees, order, flat, u_stat, lo, n, runs, size, mw)
         look = _look(series, trees, order, needs, u_stat, n, new_match, base_match, new_err,
-                     old_err, signs)
+                     old_err, signs, mw)
         for name, rule in (("new", new_gate), ("today", todays_gate)):
             out = results[name]
+            if name == "today" and not mw:
+                continue
             open_runs = out.decided_at < 0
             verdict = rule(look, criteria)
             streaks[name] = np.where(verdict == FAIL, streaks[name] + 1, 0)
@@ -185,7 +187,7 @@ def _add_arrivals(series, trees, order, flat, u_stat, lo, n, runs, size,  # type
 
 
 def _look(series, trees, order, needs, u_stat, n, new_match, base_match, new_err, old_err,  # type: ignore[no-untyped-def]
-          signs) -> Look:
+          signs, today: bool) -> Look:
     queries: list[tuple[tuple[str, float, str], str, int]] = []
     bounds, points = {}, {}
     for metric, q, _field in LATENCY:
@@ -194,8 +196,9 @@ def _look(series, trees, order, needs, u_stat, n, new_match, base_match, new_err
         floor = math.floor(pos)
         for role in ("old", "new"):
             key = (metric, q, role)
-            queries += [(key, "low", low_count), (key, "high", high_count + 1),
-                        (key, "p0", floor + 1), (key, "p1", min(floor + 2, n))]
+            queries += [(key, "low", low_count), (key, "high", high_count + 1)]
+            if today:  # the rule before: numpy-interpolated percentiles
+                queries += [(key, "p0", floor + 1), (key, "p1", min(floor + 2, n))]
     rows = np.array([order.index((k[0], k[2])) for k, _w, _c in queries])
     ks = np.array([[c if 1 <= c <= n else 0] for _k, _w, c in queries])
     ranks = trees.kth(rows, np.broadcast_to(ks, (len(queries), len(trees.runs))))
@@ -207,8 +210,9 @@ def _look(series, trees, order, needs, u_stat, n, new_match, base_match, new_err
         for role in ("old", "new"):
             key = (metric, q, role)
             bounds[key] = (got[(key, "low")], got[(key, "high")])
-            points[key] = got[(key, "p0")] + (got[(key, "p1")] - got[(key, "p0")]) * frac
-    mw = {"ttft": mann_whitney_p(u_stat["ttft"], n, False),
+            if today:
+                points[key] = got[(key, "p0")] + (got[(key, "p1")] - got[(key, "p0")]) * frac
+    mw = {} if not today else {"ttft": mann_whitney_p(u_stat["ttft"], n, False),
           "tpot": mann_whitney_p(u_stat["tpot"], n, False),
           "lengths": mann_whitney_p(u_stat["lengths"], n, True)}
     return Look(n, new_match[:, n - 1].astype(float), base_match[:, n - 1].astype(float),
