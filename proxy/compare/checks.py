@@ -56,12 +56,13 @@ def rate_bounds(successes: float, n: int, alpha: float, c: GateCriteria,
     return low, high
 
 
-def more_samples(n: int, decides: Callable[[float], bool]) -> int | None:
+def more_samples(n: int, decides: Callable[[float], bool],
+                 most: float = MOST_SCALE) -> int | None:
     """About how many more samples until `decides(scale)` (the check decided with every
-    count scaled by `scale`, rates unchanged); None when not within MOST_SCALE times."""
-    if n <= 0 or not decides(MOST_SCALE):
+    count scaled by `scale`, rates unchanged); None when not within `most` times."""
+    if n <= 0 or not decides(most):
         return None
-    low, high = 1.0, MOST_SCALE
+    low, high = 1.0, most
     for _ in range(24):
         mid = math.sqrt(low * high)
         low, high = (low, mid) if decides(mid) else (mid, high)

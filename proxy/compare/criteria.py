@@ -55,13 +55,13 @@ class GateCriteria:
     close_counts_as_match: bool = False  # vLLM's own tests accept top-k-close divergences
     min_latency_samples: int = 30
     max_ttft_p50_ratio: float | None = 1.10
-    max_ttft_p99_ratio: float | None = 1.25
+    max_ttft_p99_ratio: float | None = 1.5  # 1.25 is not decidable in 30 min: README
     max_tpot_p50_ratio: float | None = 1.10
-    max_tpot_p99_ratio: float | None = 1.25
+    max_tpot_p99_ratio: float | None = 1.5
     max_e2e_unstreamed_p50_ratio: float | None = 1.10
-    max_e2e_unstreamed_p99_ratio: float | None = 1.25
+    max_e2e_unstreamed_p99_ratio: float | None = 1.5
     max_tpot_unstreamed_p50_ratio: float | None = 1.10
-    max_tpot_unstreamed_p99_ratio: float | None = 1.25
+    max_tpot_unstreamed_p99_ratio: float | None = 1.5
     # A slowdown smaller than this is never a regression (Kayenta's "allowed increase"):
     # whole-request times (TTFT, unstreamed E2E) and per-token times.
     latency_floor_s: float = 0.005

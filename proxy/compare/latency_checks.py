@@ -21,11 +21,14 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from proxy.compare.checks import Check, Status, more_samples, needs_text
+from proxy.compare.checks import MOST_SCALE, Check, Status, more_samples, needs_text
 from proxy.compare.criteria import GateCriteria, RatioLimit
 from proxy.compare.sequential import quantile_ranks
 from proxy.compare.stats import LatencySamples
 from proxy.compare.tally import GateInputs
+
+
+MOST_PROJECTED = 250_000
 
 
 def reference_role(inputs: GateInputs, metric: str) -> str:
@@ -121,7 +124,9 @@ def _ratio_check(entry: RatioLimit, limit: float, old: Sequence[float], new: Seq
         return Check(entry.field, "fail", f"{text}: new slower, lower bound beyond", facts)
     if status == "pass":
         return Check(entry.field, "pass", text, facts)
-    more = more_samples(min(len(old), len(new)), lambda k: judge(k)[0] == "pass")
+    # projections up to ~250,000 samples a side (larger rank tables take seconds to build)
+    more = more_samples(min(len(old), len(new)), lambda k: judge(k)[0] == "pass",
+                        most=max(1.0, min(MOST_SCALE, MOST_PROJECTED / max(len(old), len(new)))))
     gap = None if upper is None else upper - max(limit, (o_low + floor) / o_low if o_low else
                                                  limit)
     facts.update(gap=gap, more_samples=more)
