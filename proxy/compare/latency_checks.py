@@ -27,7 +27,6 @@ from proxy.compare.sequential import quantile_ranks
 from proxy.compare.stats import LatencySamples
 from proxy.compare.tally import GateInputs
 
-
 MOST_PROJECTED = 250_000
 
 
