@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from proxy.compare.criteria import RatioLimit
     from proxy.compare.gate import GateCriteria
 
 
@@ -27,35 +28,45 @@ def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
     group.add_argument("--gate-min-coverage", type=float, default=0.5, metavar="F",
                        help="share of sampled requests that must have been mirrored (not shed "
                             "under load) for a pass (default %(default)s)")
-    for name, metric, stat, limit in _ratio_limits():
-        group.add_argument(f"--gate-max-{metric}-{stat}-ratio", type=float, default=limit,
-                           metavar="X", dest=name,
-                           help=f"largest new/old {metric.upper()} {stat} ratio before a "
-                                "significant slowdown fails the gate; 0: not judged "
-                                "(default %(default)s)")
+    for entry, limit in _ratio_limits():
+        group.add_argument(entry.flag, type=float, default=limit, metavar="X", dest=entry.field,
+                           help=f"largest new/old {entry.label} ratio: passes when its upper "
+                                "bound is within, fails when its lower bound is beyond; "
+                                "0: not judged (default %(default)s)")
+    group.add_argument("--gate-latency-floor-ms", type=float, default=5.0, metavar="MS",
+                       help="a TTFT or unstreamed E2E this much slower is never a regression, "
+                            "whatever the ratio (default %(default)s)")
+    group.add_argument("--gate-token-latency-floor-ms", type=float, default=1.0, metavar="MS",
+                       help="the same for per-token times, TPOT (default %(default)s)")
+    group.add_argument("--gate-confidence", type=float, default=0.95, metavar="F",
+                       help="confidence of the whole verdict at every look: the error rate "
+                            "1 - F is split across the checks (default %(default)s)")
 
 
 def gate_criteria(args: argparse.Namespace) -> GateCriteria:
     """Validated criteria; GateCriteria raises ValueError quoting a bad value."""
     from proxy.compare.gate import GateCriteria
 
-    ratios: dict[str, Any] = {name: getattr(args, name) or None
-                              for name, _metric, _stat, _limit in _ratio_limits()}
+    ratios: dict[str, Any] = {entry.field: getattr(args, entry.field) or None
+                              for entry, _limit in _ratio_limits()}
     return GateCriteria(
         min_samples=args.gate_min_samples,
         max_excess_divergence=args.gate_max_excess_divergence,
         min_match_rate=args.gate_min_match_rate,
         require_baseline=args.gate_require_baseline,
         min_coverage=args.gate_min_coverage,
+        latency_floor_s=args.gate_latency_floor_ms / 1000,
+        token_latency_floor_s=args.gate_token_latency_floor_ms / 1000,
+        confidence=args.gate_confidence,
         **ratios,
     )
 
 
-def _ratio_limits() -> list[tuple[str, str, str, float]]:
-    """The default criteria's latency ratio limits (the one place they are named)."""
+def _ratio_limits() -> list[tuple[RatioLimit, float]]:
+    """The default criteria's latency ratio limits (`criteria.RATIO_LIMITS` names them)."""
     from proxy.compare.gate import GateCriteria
 
-    return GateCriteria().ratio_limits()
+    return GateCriteria().enabled_limits()
 
 
 def match_criteria(args: argparse.Namespace, base: GateCriteria, **more: Any) -> GateCriteria:

@@ -47,6 +47,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="inter-token latency (0: stream as fast as possible, batched writes)",
     )
     add("--jitter", type=float, default=0.0, metavar="F", help="relative jitter of each delay")
+    add("--ttft-tail-share", type=float, default=0.0, metavar="F",
+        help="share of requests whose first token is --ttft-tail-factor times later")
+    add("--ttft-tail-factor", type=float, default=1.0, metavar="X",
+        help="how much later (a tail-only TTFT regression; default 1: none)")
     add("--tokens-per-chunk", type=int, default=1, metavar="N", help="tokens per SSE event")
     add(
         "--natural-tokens",

@@ -45,7 +45,9 @@ class CompareCriteria:
     gate: GateCriteria = field(default_factory=lambda: GateCriteria(
         min_samples=20, min_baseline_samples=20, max_length_shift=None,
         max_ttft_p50_ratio=None, max_ttft_p99_ratio=None,
-        max_tpot_p50_ratio=None, max_tpot_p99_ratio=None))
+        max_tpot_p50_ratio=None, max_tpot_p99_ratio=None, max_e2e_unstreamed_p50_ratio=None,
+        max_e2e_unstreamed_p99_ratio=None, max_tpot_unstreamed_p50_ratio=None,
+        max_tpot_unstreamed_p99_ratio=None, looks="once"))
     max_length_change: float = 0.10  # |new/old total output tokens - 1| allowed
     max_finish_change: float = 0.05  # share of requests whose finish reason may change
 

@@ -96,7 +96,7 @@ async def _generation(request: web.Request, endpoint: Endpoint) -> web.StreamRes
 async def _complete(request: web.Request, job: _Job) -> web.StreamResponse:
     state, spec, gens, fault = job.state, job.spec, job.gens, job.fault
     longest = max(len(g.token_ids) for g in gens)
-    delay = state.delay_s(state.config.ttft_ms)
+    delay = state.ttft_delay_s()
     delay += sum(state.delay_s(state.config.itl_ms) for _ in range(max(0, longest - 1)))
     if delay:
         await asyncio.sleep(delay)
@@ -138,7 +138,7 @@ async def _stream(request: web.Request, job: _Job) -> web.StreamResponse:
     offsets = [0] * len(gens)
     paced = config.itl_ms > 0
     pending = bytearray()
-    due = started + state.delay_s(config.ttft_ms)
+    due = started + state.ttft_delay_s()
     for step in range(steps):
         if step == cut_at:
             if fault == "reset":

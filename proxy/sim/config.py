@@ -36,8 +36,16 @@ class SimConfig:
     reasoning: bool = False
     diverge_field: str | None = None
 
+    # A tail-only slowdown: this share of requests has its first token `ttft_tail_factor`
+    # times later (a kernel that stalls now and then under load; the p50 stays).
+    ttft_tail_share: float = 0.0
+    ttft_tail_factor: float = 1.0
+
     def __post_init__(self) -> None:
         self._check_diverge_field()
+        if not 0.0 <= self.ttft_tail_share <= 1.0 or self.ttft_tail_factor < 1.0:
+            raise SimConfigError("need 0 <= ttft_tail_share <= 1 and ttft_tail_factor >= 1, got "
+                                 f"{self.ttft_tail_share!r} and {self.ttft_tail_factor!r}")
         for name in ("divergence_rate", "error_rate", "reset_rate", "garbage_rate", "jitter"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

@@ -41,6 +41,13 @@ class SimState:
             return "garbage"
         return None
 
+    def ttft_delay_s(self) -> float:
+        """Time to first token, with the configured tail share made slower."""
+        delay = self.delay_s(self.config.ttft_ms)
+        if self.config.ttft_tail_share and self.rng.random() < self.config.ttft_tail_share:
+            delay *= self.config.ttft_tail_factor
+        return delay
+
     def delay_s(self, ms: float) -> float:
         if ms <= 0:
             return 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts
@@ -12,7 +13,10 @@ from proxy.fleet.promql import FleetQueries, parse_selector
 from proxy.fleet.verdict import FleetEvidence, fleet_verdict, histogram_samples, read_evidence
 
 CRITERIA = GateCriteria(min_samples=10, max_ttft_p50_ratio=None, max_ttft_p99_ratio=None,
-                        max_tpot_p50_ratio=None, max_tpot_p99_ratio=None, max_length_shift=None)
+                        max_tpot_p50_ratio=None, max_tpot_p99_ratio=None, max_length_shift=None,
+                        max_error_rate_excess=0.2, max_e2e_unstreamed_p50_ratio=None,
+                        max_e2e_unstreamed_p99_ratio=None, max_tpot_unstreamed_p50_ratio=None,
+                        max_tpot_unstreamed_p99_ratio=None)
 
 
 def _cumulative(values: list[float]) -> list[tuple[float, float]]:
@@ -117,3 +121,54 @@ def test_read_evidence_keeps_unstreamed_latency_apart():
         assert len(samples.tpot_unstreamed_s) == per_token
         assert samples.ttft_s == samples.tpot_s == samples.e2e_s == ()
     assert any("e2e_unstreamed_seconds_bucket" in q for q in stub.asked)
+
+
+def _buckets(values: list[float]) -> list[tuple[float, float]]:
+    bounds = [*TIME_BUCKETS_S, float("inf")]
+    return [(b, float(sum(v <= b for v in values))) for b in bounds]
+
+
+def _latency_evidence(old: list[float], new: list[float]) -> FleetEvidence:
+    """A scrape's evidence with TTFT histograms only, built as read_evidence builds it."""
+    from dataclasses import replace
+
+    from proxy.compare.stats import LatencySamples
+
+    def inputs(place_old: str, place_new: str) -> GateInputs:
+        return GateInputs(
+            new_vs_old=MatchCounts(5000, 0), baseline_vs_old=MatchCounts(5000, 0),
+            latency={"primary": LatencySamples(ttft_s=histogram_samples(_buckets(old),
+                                                                        place=place_old)),
+                     "shadow": LatencySamples(ttft_s=histogram_samples(_buckets(new),
+                                                                       place=place_new))},
+            requests={"primary": 5000, "shadow": 5000})
+    spread = inputs("spread", "spread")
+    return replace(_evidence(("a",), (), 5000, 0), inputs=spread,
+                   edges=(inputs("low", "high"), inputs("high", "low")))
+
+
+def test_histogram_edges_keep_the_guarantee_where_buckets_are_coarse() -> None:
+    """Within one bucket (2^(1/6) wide) a 1.05x slowdown is not decidable from buckets: the
+    spread pseudo-samples could pass or fail it, the edges say inconclusive; a 2x slowdown
+    fails and an identical version passes (p99 limit 1.5 > one bucket)."""
+    from proxy.compare.criteria import RATIO_LIMITS
+
+    rng = random.Random(3)
+    old = [0.2 * rng.lognormvariate(0, 0.15) for _ in range(5000)]
+    same = [0.2 * rng.lognormvariate(0, 0.15) for _ in range(5000)]
+    criteria = GateCriteria(min_samples=10, max_length_shift=None, max_error_rate_excess=1.0,
+                            **{e.field: None for e in RATIO_LIMITS if e.metric != "ttft"},
+                            max_ttft_p50_ratio=1.5, max_ttft_p99_ratio=1.5)
+    assert fleet_verdict(_latency_evidence(old, same), criteria)["verdict"] == "pass"
+    slower = fleet_verdict(_latency_evidence(old, [2 * v for v in same]), criteria)
+    assert slower["verdict"] == "fail", slower["reasons"]
+    tight = GateCriteria(min_samples=10, max_length_shift=None, max_error_rate_excess=1.0,
+                         **{e.field: None for e in RATIO_LIMITS if e.metric != "ttft"},
+                         max_ttft_p50_ratio=1.02, max_ttft_p99_ratio=None,
+                         latency_floor_s=0.0)
+    result = fleet_verdict(_latency_evidence(old, same), tight)
+    assert result["verdict"] == "inconclusive", result["reasons"]
+    json.dumps(result, allow_nan=False)
+    assert histogram_samples([(1.0, 2), (float("inf"), 3)], place="high") == \
+        (1.0, 1.0, float("inf"))
+    assert histogram_samples([(1.0, 2), (float("inf"), 3)], place="low") == (0.0, 0.0, 1.0)

@@ -159,11 +159,13 @@ def test_latency_ratio_limits_are_flags_and_zero_turns_one_off() -> None:
     parser = argparse.ArgumentParser()
     add_gate_arguments(parser, "gate")
     defaults = gate_criteria(parser.parse_args([]))
-    assert (defaults.max_ttft_p50_ratio, defaults.max_tpot_p99_ratio) == (1.10, 1.25)
+    assert (defaults.max_ttft_p50_ratio, defaults.max_tpot_p99_ratio) == (1.10, 1.5)
     loose = gate_criteria(parser.parse_args(["--gate-max-ttft-p99-ratio", "2.5",
                                              "--gate-max-tpot-p50-ratio", "0"]))
     assert loose.max_ttft_p99_ratio == 2.5 and loose.max_tpot_p50_ratio is None
     assert [name for name, *_ in loose.ratio_limits()] == [
-        "max_ttft_p50_ratio", "max_ttft_p99_ratio", "max_tpot_p99_ratio"]
+        "max_ttft_p50_ratio", "max_ttft_p99_ratio", "max_tpot_p99_ratio",
+        "max_e2e_unstreamed_p50_ratio", "max_e2e_unstreamed_p99_ratio",
+        "max_tpot_unstreamed_p50_ratio", "max_tpot_unstreamed_p99_ratio"]
     with pytest.raises(ValueError, match="-1"):
         gate_criteria(parser.parse_args(["--gate-max-ttft-p50-ratio", "-1"]))

@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from proxy.compare.gate import GateCriteria
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.app import METRICS_KEY
+from tests.gate_helpers import tokens_only
 
 
 async def test_refresher_sets_verdict_gauge(backend, proxy, make_config, settle):
     primary = await backend()
     shadow = await backend(words=["Other"] * 4)
-    criteria = GateCriteria(min_samples=3, min_match_rate=0.5, max_ttft_p50_ratio=None,
-                            max_ttft_p99_ratio=None, max_tpot_p50_ratio=None,
-                            max_tpot_p99_ratio=None)
+    criteria = tokens_only(min_samples=3, min_match_rate=0.5)
     config = replace(make_config(primary.url, shadow.url, gate=criteria), gate_refresh_s=0.05)
     client = await proxy(config)
     metrics: ProxyMetrics = client.app[METRICS_KEY]

@@ -12,7 +12,7 @@ from proxy.report.model import build_report
 def test_html_is_self_contained_with_plots_and_verdict(
     records_of: Callable[..., list[ExchangeRecord]],
 ) -> None:
-    html = render_html(build_report(records_of(count=90, diverge_every=4, new_slowdown=1.3)))
+    html = render_html(build_report(records_of(count=600, diverge_every=4, new_slowdown=1.3)))
     assert html.startswith("<!DOCTYPE html>")
     assert "<script" not in html and not re.search(r"(src|href)=\"https?:", html)
     assert html.count("<svg") == 3  # TTFT CDF, E2E CDF, divergence histogram

@@ -93,11 +93,10 @@ async def test_gate_stats_records_metrics(backend, proxy, admin, make_config, se
     (None, 200, "pass"), (["Nope"] * 4, 409, "fail")])
 async def test_gate_pass_and_fail(backend, proxy, admin, make_config, settle, shadow_words,
                                   status, verdict):
-    from proxy.compare.gate import GateCriteria
 
-    criteria = GateCriteria(min_samples=8, min_match_rate=0.5, max_ttft_p50_ratio=None,
-                            max_ttft_p99_ratio=None, max_tpot_p50_ratio=None,
-                            max_tpot_p99_ratio=None)
+    from tests.gate_helpers import tokens_only
+
+    criteria = tokens_only(min_samples=8, min_match_rate=0.5)
     primary = await backend()
     shadow = await backend(words=shadow_words) if shadow_words else await backend()
     client = await proxy(make_config(primary.url, shadow.url, gate=criteria))

@@ -19,16 +19,14 @@ from typing import Any
 import pytest
 
 from proxy.cli import main as cli_main
-from proxy.compare.gate import GateCriteria
 from proxy.mirror.app import MIRROR_KEY
 from proxy.mirror.config import AdminConfig
+from tests.gate_helpers import tokens_only
 from tests.mirror.conftest import TOKEN
 
 GREEDY = {"prompt": "hi", "temperature": 0, "stream": True}
 # Small samples judged on tokens alone (fake backends answer in zero time).
-CRITERIA = GateCriteria(min_samples=5, min_match_rate=0.5, max_ttft_p50_ratio=None,
-                        max_ttft_p99_ratio=None, max_tpot_p50_ratio=None,
-                        max_tpot_p99_ratio=None, max_length_shift=None)
+CRITERIA = tokens_only(min_samples=5, min_match_rate=0.5)
 GATE_TOKEN = "read-only-gate-token"
 FLAGGER_BODY = {"name": "vllm", "namespace": "llm", "phase": "Progressing",
                 "checksum": "6c5b8f", "metadata": {"token": GATE_TOKEN}}
