@@ -43,15 +43,17 @@ def test_window_keeps_only_its_versions_since_its_start(tmp_path):
 
 
 def test_after_the_swap_old_is_still_old(tmp_path):
-    pre = [record(1001 + i, OLD, NEW, ttft=SPEEDS) for i in range(4)]
+    # Enough answers a side for the gate's anytime-valid bounds to decide a 3x TTFT.
+    n = 60
+    pre = [record(1001 + i / 1000, OLD, NEW, ttft=SPEEDS) for i in range(n)]
     pre.append(record(1005, OLD, NEW, ttft=SPEEDS, errors={NEW: "timeout"}))
-    post = [record(1010 + i, NEW, OLD, ttft=SPEEDS) for i in range(5)]
+    post = [record(1010 + i / 1000, NEW, OLD, ttft=SPEEDS) for i in range(n)]
     post.append(record(1015, NEW, OLD, ttft=SPEEDS, errors={NEW: "reset"}))
     store = store_of(tmp_path, pre + post)
     window = store.aggregates(window=EvidenceWindow(SINCE, OLD, NEW))
     old, new = window.latency["primary"], window.latency["shadow"]  # the gate's words
-    assert old.ttft_s == pytest.approx((0.1,) * 11)  # every old answer, in either role
-    assert new.ttft_s == pytest.approx((0.3,) * 9)  # the two errors have no latency
+    assert old.ttft_s == pytest.approx((0.1,) * (2 * n + 2))  # every old answer, either role
+    assert new.ttft_s == pytest.approx((0.3,) * (2 * n))  # the two errors have no latency
     assert window.roles["shadow"].errors == 2 and window.roles["primary"].errors == 0
     # Judged by role, the promoted half would mix into the primary's side.
     assert sorted(set(store.aggregates().latency["primary"].ttft_s)) == \
@@ -63,7 +65,7 @@ def test_after_the_swap_old_is_still_old(tmp_path):
     assert verdict["details"]["latency"]["new"]["ttft"]["p50_s"] == pytest.approx(0.3)
     assert any(r.startswith("fail: TTFT p50 new/old 3.000") for r in verdict["reasons"])
     assert verdict["versions"]["new"]["errors"] == 2
-    assert verdict["records"] == 11 and verdict["window"]["old_url"] == OLD
+    assert verdict["records"] == 2 * n + 2 and verdict["window"]["old_url"] == OLD
 
 
 def test_baseline_noise_is_old_against_its_copy_in_the_window(tmp_path):
