@@ -59,7 +59,9 @@ class GateCriteria:
     max_tpot_p50_ratio: float | None = 1.10
     max_tpot_p99_ratio: float | None = 1.5
     max_e2e_unstreamed_p50_ratio: float | None = 1.10
-    max_e2e_unstreamed_p99_ratio: float | None = 1.5
+    # Off by default: an unstreamed answer's time grows with its length, so E2E's tail is the
+    # tail of the length mix (volatile, not the engine's); the per-token p99 judges the tail.
+    max_e2e_unstreamed_p99_ratio: float | None = None
     max_tpot_unstreamed_p50_ratio: float | None = 1.10
     max_tpot_unstreamed_p99_ratio: float | None = 1.5
     # A slowdown smaller than this is never a regression (Kayenta's "allowed increase"):

@@ -178,7 +178,9 @@ def test_the_gate_judges_the_kinds_of_traffic_there_are() -> None:
             for i, r in ((1, "primary"), (2, "shadow"))}
     judged = evaluate(replace(inputs(), latency=both))
     assert judged.details["latency"]["families_judged"] == ["streamed", "unstreamed"]
-    assert len([r for r in judged.reasons if "p99" in r]) == 4
+    # TTFT, TPOT and unstreamed per-token p99; the unstreamed E2E p99 is off by default.
+    assert len([r for r in judged.reasons if "p99" in r]) == 3
+    assert not any("E2E (unstreamed) p99" in r for r in judged.reasons)
     none = evaluate(replace(inputs(), latency={}))
     assert none.verdict == "inconclusive"
     assert "inconclusive: no latency samples yet (streamed or not)" in none.reasons
