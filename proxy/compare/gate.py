@@ -115,10 +115,16 @@ def _check_coverage(inputs: GateInputs, c: GateCriteria,
     coverage = admission.coverage
     details["coverage"] = {**admission.as_json(), "compared": inputs.new_vs_old.compared,
                            "minimum": c.min_coverage}
-    text = (f"{admission.mirrored} of {admission.eligible} sampled requests mirrored "
+    mirrorable = admission.eligible - admission.unmirrorable
+    kind = "mirrorable sampled" if admission.unmirrorable else "sampled"
+    text = (f"{admission.mirrored} of {mirrorable} {kind} requests mirrored "
             f"({coverage:.1%}, minimum {c.min_coverage:.0%})")
-    if admission.shed_total:
-        text += (f"; {admission.shed_total} shed ({1 - coverage:.1%}): "
+    if admission.unmirrorable:
+        text += (f"; {admission.unmirrorable} not mirrorable (Responses-API state the shadow "
+                 "lacks), not counted")
+    load_shed = admission.shed_total - admission.unmirrorable
+    if load_shed:
+        text += (f"; {load_shed} shed ({1 - coverage:.1%}): "
                  f"{admission.shed_text()}")
     status: VerdictName = "inconclusive" if coverage < c.min_coverage else "pass"
     return [Check("coverage", status, text)]

@@ -15,6 +15,7 @@ from typing import Any
 AdmissionRow = tuple[str, str, str, int]
 ELIGIBLE = "eligible"
 
+from proxy.compare.request import STATEFUL_KEYS
 from proxy.compare.stats import LatencySamples
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, Role
 
@@ -56,6 +57,10 @@ class MatchCounts:
         return cls(compared, diverged, close)
 
 
+# Shed reasons that are not load: requests continuing server-side state (`STATEFUL_KEYS`).
+UNMIRRORABLE_REASONS = frozenset(reason for _, reason in STATEFUL_KEYS)
+
+
 @dataclass(frozen=True)
 class AdmissionCounts:
     """Requests the sampler chose (eligible) and those shed unmirrored, per reason."""
@@ -83,9 +88,17 @@ class AdmissionCounts:
         return max(0, self.eligible - self.shed_total)
 
     @property
+    def unmirrorable(self) -> int:
+        """Requests no shadow could answer (Responses-API state it does not have)."""
+        return sum(n for reason, n in self.shed.items() if reason in UNMIRRORABLE_REASONS)
+
+    @property
     def coverage(self) -> float | None:
-        """Share of eligible requests that were mirrored (None before any)."""
-        return self.mirrored / self.eligible if self.eligible else None
+        """Share of the mirrorable eligible requests that were mirrored (None before any).
+        Unmirrorable ones are shown, not held against it: coverage is about shedding under
+        load, and a multi-turn Responses client would otherwise never let a cutover pass."""
+        mirrorable = self.eligible - self.unmirrorable
+        return self.mirrored / mirrorable if mirrorable > 0 else None
 
     def shed_text(self) -> str:
         """"overload 30, worker_busy 9" (most first)."""
@@ -95,6 +108,7 @@ class AdmissionCounts:
         coverage = self.coverage
         return {"eligible": self.eligible, "mirrored": self.mirrored,
                 "shed": dict(self.shed), "shed_total": self.shed_total,
+                "unmirrorable": self.unmirrorable,
                 "coverage": coverage, "drop_rate": None if coverage is None else 1 - coverage}
 
 

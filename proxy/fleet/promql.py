@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from proxy.compare.tally import UNMIRRORABLE_REASONS
+
 __all__ = ["SHED_REASONS", "FleetQueries", "Selector", "parse_selector", "parse_window"]
 
 # The reasons `proxy.mirror.admission.Admission.shed` counts a sampled request as not
@@ -106,4 +108,6 @@ class FleetQueries:
         return f"sum({self._counted(self.selector.series(SAMPLED))})"
 
     def shed(self) -> str:
-        return self._sum("reason", DROPPED, f'reason=~"{"|".join(SHED_REASONS)}"')
+        # With the unmirrorable ones, which the gate shows but does not hold against coverage.
+        reasons = (*SHED_REASONS, *sorted(UNMIRRORABLE_REASONS))
+        return self._sum("reason", DROPPED, f'reason=~"{"|".join(reasons)}"')

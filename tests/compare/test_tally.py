@@ -69,3 +69,18 @@ def test_unstreamed_answers_give_their_own_e2e_and_per_token_samples() -> None:
     assert latency["primary"].tpot_unstreamed_s == (pytest.approx(0.2 / 2),)
     assert len(latency["shadow"].tpot_s) == 1 and latency["shadow"].tpot_s[0] > 0
     assert latency["primary"].output_tokens == (2, 2)
+
+
+def test_unmirrorable_requests_are_shown_but_not_held_against_coverage():
+    """A multi-turn Responses client: its continued turns cannot be mirrored (the shadow
+    lacks the stored response) and say so; coverage is still about load shedding."""
+    from proxy.compare.tally import AdmissionCounts
+
+    counts = AdmissionCounts.of([("eligible", 100), ("responses_previous_response", 70),
+                                 ("overload", 6)])
+    assert counts.unmirrorable == 70 and counts.mirrored == 24
+    assert counts.coverage == 24 / 30
+    assert counts.as_json()["unmirrorable"] == 70
+    load_only = AdmissionCounts.of([("eligible", 100), ("overload", 6)])
+    assert load_only.coverage == 0.94 and load_only.unmirrorable == 0
+    assert AdmissionCounts.of([("eligible", 5), ("responses_background", 5)]).coverage is None
