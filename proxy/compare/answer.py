@@ -44,6 +44,7 @@ class Answer(NamedTuple):
     choices: tuple[ChoiceAnswer, ...]
     status: str | None = None
     incomplete_reason: str | None = None
+    digested: bool = False  # every text a keyed hash (proxy.compare.digest): no positions
 
 
 def _dicts(value: Any) -> list[dict[str, Any]]:
@@ -156,7 +157,7 @@ def response_output_tokens(response: dict[str, Any]) -> int | None:
 def answer_json(answer: Answer) -> dict[str, Any]:
     """`answer` as JSON (it holds the text: store it only where text may be kept)."""
     return {"kind": answer.kind, "status": answer.status,
-            "incomplete_reason": answer.incomplete_reason,
+            "incomplete_reason": answer.incomplete_reason, "digested": answer.digested,
             "choices": [{**c._asdict(), "tool_calls": [list(t) for t in c.tool_calls]}
                         for c in answer.choices]}
 
@@ -169,6 +170,7 @@ def answer_from_json(obj: Any) -> Answer | None:
         choices = tuple(ChoiceAnswer(**{**c, "tool_calls": tuple(
             ToolCall(str(name), str(arguments)) for name, arguments in c["tool_calls"])})
             for c in obj["choices"])
-        return Answer(obj["kind"], choices, obj.get("status"), obj.get("incomplete_reason"))
+        return Answer(obj["kind"], choices, obj.get("status"), obj.get("incomplete_reason"),
+                      obj.get("digested") is True)
     except (KeyError, TypeError) as exc:
         raise ValueError(f"not an answer: {exc}") from None

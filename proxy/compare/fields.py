@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.compare.answer import Answer, ChoiceAnswer, ToolCall
@@ -48,9 +48,19 @@ def first_difference(a: Sequence[Any], b: Sequence[Any]) -> int | None:
 
 
 def compare_answers(primary: Answer, other: Answer) -> list[FieldDiff]:
-    """Every field that differs (first difference per field and choice), in reading order."""
+    """Every field that differs (first difference per field and choice), in reading order.
+    Digested answers (both sides, proxy.compare.digest) tell the field, not the position."""
     if primary == other:  # tuples all the way down: one comparison in C
         return []
+    if primary.digested or other.digested:
+        if primary.digested != other.digested:
+            raise ValueError("a digested answer compares only with a digested one")
+        return [replace(d, position=None, detail=f"{d.field} differs (keyed hash)")
+                for d in _compare(primary, other)]
+    return _compare(primary, other)
+
+
+def _compare(primary: Answer, other: Answer) -> list[FieldDiff]:
     diffs: list[FieldDiff] = []
     if len(primary.choices) != len(other.choices):
         diffs.append(FieldDiff("choices", 0, "choices", None,
@@ -108,13 +118,14 @@ def arguments_equal(a: str, b: str) -> bool:
     """Equal as JSON values when both parse, else as strings."""
     if a == b:
         return True
-    ca, cb = _canonical(a), _canonical(b)
+    ca, cb = canonical_json(a), canonical_json(b)
     if ca is None or cb is None:
         return False
     return ca == cb
 
 
-def _canonical(text: str) -> str | None:
+def canonical_json(text: str) -> str | None:
+    """`text` as canonical JSON (sorted keys, no spaces), or None when it does not parse."""
     try:
         value: Any = json.loads(text)
     except ValueError:

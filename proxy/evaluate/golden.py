@@ -5,6 +5,9 @@ version and model); each further line one request with the answer as the proxy's
 `Capture` knows it (token ids, top logprobs, finish reason, length, timings). The
 request holds the user's prompt (it is their set); the answer's text is kept only
 with `--store-text`, token ids and top-k logprobs always (the comparison needs them).
+Without text the answer's fields are kept as keyed hashes (proxy.compare.digest) under a
+random key in the header (`digest_key`), so `eval compare` still names the field and
+choice that diverged first; with text, the full answer (and so the position too).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.compare.answer import Answer as ClientAnswer
 from proxy.compare.answer import answer_from_json, answer_json
+from proxy.compare.digest import digest_answer, new_key
 from proxy.compare.types import Capture, Role
 from proxy.credentials import without_credentials
 from proxy.evaluate.client import Answer, EngineInfo
@@ -29,6 +34,7 @@ class GoldenEntry:
     request: EvalRequest
     capture: Capture
     started_s: float
+    digest_key: bytes | None = None  # the file's key when its answers are digested
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,13 @@ class Golden:
     entries: tuple[GoldenEntry, ...]
 
 
-def capture_json(cap: Capture, store_text: bool) -> dict[str, Any]:
+def capture_json(cap: Capture, store_text: bool,
+                 digest_key: bytes | None = None) -> dict[str, Any]:
+    """`cap` for the golden file: the answer in full with `store_text`, else its fields'
+    keyed hashes under `digest_key` (none without a key: as files before digests)."""
+    answer: ClientAnswer | None = cap.answer
+    if answer is not None and not store_text:
+        answer = None if digest_key is None else digest_answer(answer, digest_key)
     return {
         "status": cap.status, "error": cap.error, "finish_reason": cap.finish_reason,
         "output_tokens": cap.output_tokens, "token_ids": cap.token_ids,
@@ -46,7 +58,7 @@ def capture_json(cap: Capture, store_text: bool) -> dict[str, Any]:
         "ttft_s": cap.ttft_s, "itl_s": cap.itl_s, "e2e_s": cap.e2e_s,
         "text": cap.text if store_text else None,
         # Every field and choice, for the field comparison (text: only with --store-text).
-        "answer": answer_json(cap.answer) if store_text and cap.answer is not None else None,
+        "answer": None if answer is None else answer_json(answer),
     }
 
 
@@ -111,11 +123,14 @@ def write_golden(path: str, engine: EngineInfo, requests: list[EvalRequest],
     header = {"golden": FORMAT, "created_unix": time.time(),
               "engine": {"url": without_credentials(engine.url), "version": engine.version,
                          "models": list(engine.models)}}
+    key = None if store_text else new_key()
+    if key is not None:
+        header["digest_key"] = key.hex()
     lines = [header]
     for request, answer in zip(requests, answers, strict=True):
         lines.append({"source": request.source, "endpoint": request.endpoint,
                       "request": request.body, "started_s": round(answer.started_s, 6),
-                      "answer": capture_json(answer.capture, store_text)})
+                      "answer": capture_json(answer.capture, store_text, key)})
     write_objects(path, lines)
 
 
@@ -132,6 +147,10 @@ def read_golden(path: str) -> Golden:
     eng = header["engine"]
     engine = EngineInfo(str(eng.get("url")), eng.get("version"),
                         tuple(str(m) for m in eng.get("models") or ()))
+    try:
+        key = None if header.get("digest_key") is None else bytes.fromhex(header["digest_key"])
+    except (TypeError, ValueError):
+        raise EvalInputError(f"{path}:{number}: digest_key is not hex") from None
     entries = []
     for number, obj in rows:
         source = f"{path}:{number}"
@@ -142,7 +161,10 @@ def read_golden(path: str) -> Golden:
             endpoint = endpoint_of(body, source)
             request = EvalRequest(endpoint, body, str(obj.get("source") or source))
             capture = capture_from_json(obj["answer"], "primary", "golden")
-            entries.append(GoldenEntry(request, capture, float(obj.get("started_s") or 0.0)))
+            if capture.answer is not None and capture.answer.digested and key is None:
+                raise ValueError("digested answer but no digest_key in the header")
+            entries.append(GoldenEntry(request, capture, float(obj.get("started_s") or 0.0),
+                                       key))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, EvalInputError):
                 raise

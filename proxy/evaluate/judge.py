@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 from proxy.compare.diff import compare
+from proxy.compare.digest import digest_answer
 from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts, VerdictName, evaluate
 from proxy.compare.request import request_meta
 from proxy.compare.stats import percentile, wilson_interval
@@ -71,6 +72,10 @@ def comparisons(golden: Sequence[GoldenEntry], answers: Sequence[Capture],
     for entry, cap in zip(golden, answers, strict=True):
         meta = request_meta(entry.request.body, entry.request.endpoint)
         assert meta is not None  # a golden request is a JSON object
+        gold = entry.capture.answer
+        if gold is not None and gold.digested and cap.answer is not None \
+                and entry.digest_key is not None:  # compared as hashes under the file's key
+            cap = replace(cap, answer=digest_answer(cap.answer, entry.digest_key))
         out.append(compare(entry.capture, cap, meta, "baseline" if against == "baseline"
                            else "shadow"))
     return out
