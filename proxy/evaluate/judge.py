@@ -72,11 +72,15 @@ def comparisons(golden: Sequence[GoldenEntry], answers: Sequence[Capture],
     for entry, cap in zip(golden, answers, strict=True):
         meta = request_meta(entry.request.body, entry.request.endpoint)
         assert meta is not None  # a golden request is a JSON object
-        gold = entry.capture.answer
+        golden_cap, gold = entry.capture, entry.capture.answer
         if gold is not None and gold.digested and cap.answer is not None \
                 and entry.digest_key is not None:  # compared as hashes under the file's key
             cap = replace(cap, answer=digest_answer(cap.answer, entry.digest_key))
-        out.append(compare(entry.capture, cap, meta, "baseline" if against == "baseline"
+            if entry.capture.token_ids is None and gold.choices and cap.answer is not None \
+                    and cap.answer.choices:  # no ids (Responses): the text as its hash
+                golden_cap = replace(golden_cap, text=gold.choices[0].content)
+                cap = replace(cap, text=cap.answer.choices[0].content)
+        out.append(compare(golden_cap, cap, meta, "baseline" if against == "baseline"
                            else "shadow"))
     return out
 
@@ -207,4 +211,4 @@ def _row(entry: GoldenEntry, cmp: Comparison, cap: Capture) -> RequestRow:
                       first_divergence=cmp.first_divergence, close=cmp.close_match,
                       old_tokens=entry.capture.output_tokens, new_tokens=cap.output_tokens,
                       old_finish=entry.capture.finish_reason, new_finish=cap.finish_reason,
-                      reason=cmp.reason)
+                      reason=cmp.reason, field=cmp.field, choice=cmp.choice)

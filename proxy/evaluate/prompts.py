@@ -1,7 +1,9 @@
 """A prompt set (the user's JSONL, or the proxy's records) as greedy requests with logprobs.
 
-Each line is a completions request (`prompt`) or a chat request (`messages`), as a client
-would send it; everything but the sampling is kept. The eval needs the old engine's
+Each line is a completions request (`prompt`), a chat request (`messages`) or a
+Responses-API request (`input`, sent to /v1/responses), as a client would send it;
+everything but the sampling is kept. Responses-API answers carry no token ids or
+logprobs: they are compared on their fields (proxy.compare.fields) only. The eval needs the old engine's
 deterministic answer with its top-k alternatives, so every request is made greedy
 (`temperature: 0`), streamed (TTFT and ITL are measured as `vllm bench serve` does),
 and asks for token ids and `logprobs`.
@@ -28,7 +30,8 @@ class EvalRequest:
 
     @property
     def path(self) -> str:
-        return "/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions"
+        return {"chat": "/v1/chat/completions", "responses": "/v1/responses"}.get(
+            self.endpoint, "/v1/completions")
 
 
 def endpoint_of(obj: dict[str, Any], source: str) -> Endpoint:
@@ -36,8 +39,10 @@ def endpoint_of(obj: dict[str, Any], source: str) -> Endpoint:
         return "chat"
     if "prompt" in obj:
         return "completions"
-    raise EvalInputError(f"{source}: a request needs 'prompt' (completions) or 'messages' "
-                         f"(chat); got keys {sorted(obj)[:8]}")
+    if "input" in obj:
+        return "responses"
+    raise EvalInputError(f"{source}: a request needs 'prompt' (completions), 'messages' "
+                         f"(chat) or 'input' (Responses API); got keys {sorted(obj)[:8]}")
 
 
 def greedy_body(obj: dict[str, Any], endpoint: Endpoint, *, logprobs: int,
@@ -46,6 +51,10 @@ def greedy_body(obj: dict[str, Any], endpoint: Endpoint, *, logprobs: int,
     body = {k: v for k, v in obj.items() if k not in SAMPLING_KEYS}
     body["temperature"] = 0
     body["stream"] = True
+    if endpoint == "responses":  # no token ids, logprobs or stream_options there
+        if body.get("max_output_tokens") is None:
+            body["max_output_tokens"] = max_tokens
+        return body
     body["stream_options"] = {"include_usage": True}
     body["return_token_ids"] = True
     if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:

@@ -81,6 +81,8 @@ class RequestRow:
     old_finish: str | None
     new_finish: str | None
     reason: str | None
+    field: str | None = None  # the field that diverged first (proxy.compare.fields)
+    choice: int | None = None  # on which choice
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,18 @@ def test_malformed_prompt_line_is_named(tmp_path: Path) -> None:
     path.write_text('{"prompt": "a"}\n\n{"prompt": "b"\n')
     with pytest.raises(EvalInputError, match=r"p.jsonl:3: not JSON"):
         read_prompts(str(path), logprobs=5, max_tokens=8)
-    path.write_text('{"prompt": "a"}\n{"input": "b"}\n')
+    path.write_text('{"prompt": "a"}\n{"query": "b"}\n')
     with pytest.raises(EvalInputError, match=r"p.jsonl:2: a request needs 'prompt'.*'input'"):
         read_prompts(str(path), logprobs=5, max_tokens=8)
+
+
+def test_a_responses_api_line_goes_to_v1_responses_greedy(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"input": "b", "temperature": 0.7, "top_p": 0.5}) + "\n")
+    [request] = read_prompts(str(path), logprobs=5, max_tokens=8)
+    assert (request.endpoint, request.path) == ("responses", "/v1/responses")
+    assert request.body == {"input": "b", "temperature": 0, "stream": True,
+                            "max_output_tokens": 8}
 
 
 def test_prompts_become_greedy_streamed_with_logprobs(tmp_path: Path) -> None:

@@ -96,4 +96,4 @@ def test_the_json_keeps_the_documented_keys() -> None:
                                      "finish_reasons"]
     assert list(doc["requests"][0]) == ["source", "outcome", "first_divergence", "close",
                                         "old_tokens", "new_tokens", "old_finish",
-                                        "new_finish", "reason"]
+                                        "new_finish", "reason", "field", "choice"]
