@@ -158,11 +158,25 @@ class DockerDriver:
                                                   devices))
         gpus.check_gpus(requested, host, holders)
 
-    def logs(self, container_id: str) -> str:
-        """The whole log, stdout and stderr, as `docker logs` prints it (`verify`)."""
-        with self._errors(f"no container {container_id!r} to read logs from"):
-            raw = self._docker().api.logs(container_id, stdout=True, stderr=True)
-        return bytes(raw).decode("utf-8", errors="replace")
+    def log_chunks(self, container_id: str) -> Iterator[bytes]:
+        """The log, stdout and stderr, as `docker logs` prints it, streamed from its start
+        (`verify`): the reader stops when it has read enough; closing this generator
+        closes the stream, so the rest is never fetched."""
+        what = f"no container {container_id!r} to read logs from"
+        with self._errors(what):
+            stream = self._docker().api.logs(container_id, stdout=True, stderr=True,
+                                             stream=True, follow=False)
+        try:
+            while True:
+                with self._errors(what):
+                    chunk = next(stream, None)
+                if chunk is None:
+                    return
+                yield bytes(chunk)
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
 
     def memory_use(self, container_id: str) -> tuple[int | None, int | None]:
         """(usage, limit) in bytes, one sample of the container's stats (`eval memory`)."""

@@ -57,8 +57,14 @@ def post_promotion(state: CutoverState, obs: Observation, now: float) -> Step:
 
 
 def _old_moved(state: CutoverState, obs: Observation) -> str | None:
-    """Why the old container is no longer at the address the shadow route names."""
-    if state.old.container_id is None or "old" not in obs.seen:
+    """Why old is no longer at the address the shadow route names: its container gone,
+    stopped or moved; in adopt mode (no container), another engine answering there."""
+    identity = obs.old_identity
+    if state.old.container_id is None:
+        why = identity.mismatch(state.served_models, state.old.vllm_version) if (
+            "old_identity" in obs.seen and identity is not None) else None
+        return f"the engine at {state.old.url} is not old ({why})" if why else None
+    if "old" not in obs.seen:
         return None
     if obs.old is None or obs.old.state != "running":
         return f"the old container {state.old.name} is {obs.old.state if obs.old else 'gone'}"

@@ -141,8 +141,8 @@ def needs(state: CutoverState) -> frozenset[Probe]:
         wanted = {"routes", "gate", "new"}
     elif phase is Phase.POST_PROMOTION:  # old is the shadow: where it is, before mirroring
         wanted = {"routes", "gate", "new", "old"}
-        if state.spec.adopt:  # no container to watch: new's own /health says it is gone
-            wanted.add("new_health")
+        if state.spec.adopt:  # no containers to watch: new's /health, who answers at old's
+            wanted |= {"new_health", "old_health", "old_identity"}
     elif phase is Phase.DRAINING_OLD:
         wanted = {"routes", "inflight", "old"}
     elif phase is Phase.ABORTING:

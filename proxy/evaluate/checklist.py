@@ -70,7 +70,8 @@ def read_inputs(opts: VerifyOptions, containers: ContainerReader | None = None,
         except OSError as exc:
             raise EvalInputError(f"--log {opts.log_path!r}: {exc.strerror}") from None
     elif opts.container is not None:
-        log = container_log(containers or docker_containers(), opts.container)
+        log = container_log(containers or docker_containers(), opts.container,
+                            opts.log_max_bytes)
     return log, report
 
 

@@ -91,6 +91,66 @@ def test_daemon_cut_while_shadowing_resumes(docker_client: Any, subnet_stack: di
         proxy.stop()
 
 
+# The phases the driver acts in besides the two above, and the flags that keep each one
+# long enough to be cut in (a phase whose deadline passes during the cut is left as usual).
+PHASES = {
+    "warming": ["--post-promotion", "2"],
+    "post_promotion": ["--post-promotion", "10"],
+    "draining_old": ["--post-promotion", "2", "--scale-down-delay", "10"],
+}
+CUT_S = 6
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_daemon_cut_in_a_phase_resumes_and_ends_as_it_says(
+        phase: str, docker_client: Any, subnet_stack: dict[str, Any],
+        tmp_path: Path) -> None:
+    """Cut as the phase begins, for CUT_S; restored, the cutover goes on to `done`, clients
+    see no failure, and the end matches the containers (new running, old stopped) and
+    the routes."""
+    stack = subnet_stack
+    proxy, forwarder = _proxy(stack, tmp_path)
+    try:
+        with LoadThread(proxy.url, MODEL, clients=8) as load:
+            wait_count(load, 20, 60)
+            # promoted by hand: the gate's own pace is not what is tested here
+            _start(proxy, stack, *PHASES[phase], "--manual-promote")
+            if phase != "warming":
+                proxy.wait_phase(["shadowing"], 120)
+                assert cutover_cli(proxy, "promote", "--force").returncode == 0
+            cut_in = _wait_phase_closely(proxy, phase, 120)
+            forwarder.cut()
+            time.sleep(CUT_S)
+            during = proxy.status()
+            forwarder.restore()
+            if phase == "warming":
+                proxy.wait_phase(["shadowing"], 120)
+                assert cutover_cli(proxy, "promote", "--force").returncode == 0
+            end = _wait_terminal(proxy, 180)
+            result = load.stop()
+        assert cut_in["phase"] == phase
+        assert during["phase"] not in TERMINAL, during["history"]
+        assert end["phase"] == "done", end["history"]
+        assert not result.failures, (result.summary(), result.failures[:3])
+        _says_what_exists(docker_client, stack, proxy, end)
+        stack["old"].reload()
+        assert stack["old"].status != "running", end["history"][-1]  # "stopped" was true
+    finally:
+        forwarder.restore()
+        proxy.stop()
+
+
+def _wait_phase_closely(proxy: CutoverProxy, phase: str, timeout_s: float) -> dict[str, Any]:
+    """The status as soon as it says `phase` (polled every 20 ms: warming is short)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = proxy.status()
+        if status.get("phase") == phase:
+            return status
+        assert status.get("phase") not in TERMINAL and time.monotonic() < deadline, status
+        time.sleep(0.02)
+
+
 def _wait_terminal(proxy: CutoverProxy, timeout_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:

@@ -6,6 +6,7 @@ test_identity_docker.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from dataclasses import replace
@@ -22,7 +23,7 @@ from proxy.cutover.reconciler import SECTION
 from proxy.sim.app import make_sim_app
 from proxy.sim.config import SimConfig
 from proxy.statefile import StateFile
-from tests.cutover.world import FAST, OLD_ID, World, ended
+from tests.cutover.world import FAST, OLD_ID, World, ended, until
 
 NEW_ID = "new0000000042"
 
@@ -106,3 +107,34 @@ def test_network_of_and_current_url(url: str, ip: str, network: str | None, now:
     assert network_of(info, url) == network
     assert current_url(url, network, replace(info, networks=_at("10.0.0.9"))) == now
     assert current_url(url, "net", replace(info, networks={})) is None
+
+
+async def test_adopt_mode_stops_mirroring_to_another_engine_at_old_s_address(
+        world: World, aiohttp_server: Any) -> None:
+    """Adopt mode has no container to watch: after the promotion, old's URL is re-identified
+    each step, and an impostor there (same address, another model and version) ends the
+    shadow route for good, with the reason in status."""
+    port = _port_free_on_both()
+    old_server = await aiohttp_server(
+        make_sim_app(SimConfig(model_name="tiny", version="0.31.0")), host="127.0.0.1",
+        port=port)
+    old_url = f"http://127.0.0.1:{port}"
+    world.control.view = RoutesView(1, old_url)
+    svc = await world.service(driver=False)
+    adopt = {k: v for k, v in FAST.items() if k not in ("old", "new_image")}
+    await svc.start(CutoverSpec(**{**adopt, "post_promotion_s": 30.0}, old_url=old_url,
+                                new_url=world.new_url))
+    await until(lambda: svc.state is not None and svc.state.phase is Phase.POST_PROMOTION
+                and world.control.view.shadow == old_url)
+    await old_server.close()
+    await aiohttp_server(make_sim_app(SimConfig(model_name="other", version="9.9.9")),
+                         host="127.0.0.1", port=port)
+    await until(lambda: world.control.view.shadow is None)
+    state = svc.state
+    assert state is not None and state.phase is Phase.POST_PROMOTION
+    assert f"the engine at {old_url} is not old (it serves ['other']" in (state.mirror_off
+                                                                          or "")
+    assert world.control.view.primary == world.new_url
+    for _ in range(20):  # for good: the route stays off
+        await asyncio.sleep(0.01)
+        assert world.control.view.shadow is None
