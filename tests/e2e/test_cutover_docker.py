@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.slow]
 MODEL = "tiny-sim"
 SIM_ARGS = ["--host", "0.0.0.0", "--port", "8000", "--model-name", MODEL,
             "--ttft-ms", "40", "--itl-ms", "15"]
-FAST_CUTOVER = ["--min-samples", "30", "--analysis-timeout", "120", "--scale-down-delay", "1",
+FAST_CUTOVER = ["--min-samples", "30", "--analysis-timeout", "300", "--scale-down-delay", "1",
                 "--analysis-delay", "3",
                 "--shutdown-grace", "10"]
 
@@ -94,7 +94,7 @@ def test_full_cutover_under_streaming_load(docker_client: Any, stack: dict[str, 
             shadowing = proxy.wait_phase(["shadowing"], 120)
             new_url = shadowing["new"]["url"]
             assert proxy.routes()["shadow"] == new_url
-            post = proxy.wait_phase(["post_promotion"], 180)
+            post = proxy.wait_phase(["post_promotion"], 360)
             routes = proxy.routes()
             assert (routes["primary"], routes["shadow"]) == (new_url, stack["old_url"])
             assert post["verdict"] == "pass", post
@@ -127,7 +127,7 @@ def test_rollback_after_promotion_under_load(docker_client: Any, stack: dict[str
             assert cutover_cli(proxy, "start", "--old", stack["old"].name, "--new-image",
                                stack["new_image"], "--post-promotion", "600",
                                *FAST_CUTOVER).returncode == 0
-            proxy.wait_phase(["post_promotion"], 240)
+            proxy.wait_phase(["post_promotion"], 360)
             before = load.count
             back = cutover_cli(proxy, "rollback")
             assert back.returncode == 0, back.stderr
