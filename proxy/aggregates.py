@@ -226,13 +226,14 @@ def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = Non
     # unstreamed ones give E2E and E2E per completion token instead (from the same columns,
     # so databases written before these samples existed give them too).
     latency = db.execute(
-        f"{scope} SELECT {_VERSION}, c.ttft_s, c.e2e_s, c.output_tokens, c.itl_s,"
-        " w.stream AND (c.role != 'baseline' OR"
-        " COALESCE(json_extract(w.extra, '$.baseline_streamed'), 1))"
+        f"{scope} SELECT {_VERSION}, c.ttft_s, c.e2e_s, c.output_tokens, c.itl_s, w.stream"
         " FROM capture c JOIN w ON w.id = c.exchange_id"
         " WHERE c.exchange_id >= (SELECT MIN(id) FROM"
         " (SELECT id FROM w ORDER BY id DESC LIMIT :latency_window))"
         f" AND {_COUNTED} AND c.error IS NULL AND c.cancelled = 0 AND c.e2e_s IS NOT NULL"
+        # tally.latency_kind's "neither": the baseline asked unstreamed for a stream.
+        " AND NOT (c.role = 'baseline' AND w.stream AND"
+        " NOT COALESCE(json_extract(w.extra, '$.baseline_streamed'), 1))"
         " ORDER BY c.exchange_id", params).fetchall()
     records = db.execute(f"{scope} SELECT COUNT(*) FROM w", params).fetchone()[0]
     return aggregate_rows(int(records), comparisons, first_divergences, captures, latency)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter
 
 from proxy.compare.stats import tpot_s, tpot_unstreamed_s
-from proxy.compare.tally import is_streamed
+from proxy.compare.tally import latency_kind
 from proxy.compare.types import ExchangeRecord
 from proxy.histograms import BulkHistogram
 
@@ -78,13 +78,14 @@ class EvidenceMetrics:
             if failed:
                 continue
             labels = (cap.role,)
-            if is_streamed(record, cap):
+            kind = latency_kind(record, cap)
+            if kind == "streamed":
                 if cap.ttft_s is not None:
                     self.ttft.observe_many(labels, (cap.ttft_s,))
                 per_token = tpot_s(cap)
                 if per_token is not None:
                     self.tpot.observe_many(labels, (per_token,))
-            else:
+            elif kind == "unstreamed":
                 if cap.e2e_s is not None:
                     self.e2e_unstreamed.observe_many(labels, (cap.e2e_s,))
                 per_token = tpot_unstreamed_s(cap)

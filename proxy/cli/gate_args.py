@@ -63,10 +63,13 @@ def gate_criteria(args: argparse.Namespace) -> GateCriteria:
 
 
 def _ratio_limits() -> list[tuple[RatioLimit, float]]:
-    """The default criteria's latency ratio limits (`criteria.RATIO_LIMITS` names them)."""
+    """Every latency ratio limit (`criteria.RATIO_LIMITS` names them) with its default;
+    0 where the default criteria leave it off (unstreamed E2E p99), so it can be asked for."""
+    from proxy.compare.criteria import RATIO_LIMITS
     from proxy.compare.gate import GateCriteria
 
-    return GateCriteria().enabled_limits()
+    defaults = GateCriteria()
+    return [(entry, float(getattr(defaults, entry.field) or 0)) for entry in RATIO_LIMITS]
 
 
 def match_criteria(args: argparse.Namespace, base: GateCriteria, **more: Any) -> GateCriteria:

@@ -90,11 +90,12 @@ class LatencySamples:
     tpot_unstreamed_s: tuple[float, ...] = ()  # E2E over completion tokens, unstreamed only
 
     @classmethod
-    def from_captures(cls, captures: Iterable[Capture],
-                      unstreamed: Iterable[Capture] = ()) -> LatencySamples:
+    def from_captures(cls, captures: Iterable[Capture], unstreamed: Iterable[Capture] = (),
+                      lengths_only: Iterable[Capture] = ()) -> LatencySamples:
         """`captures` were streamed (TTFT, ITL, TPOT, E2E), `unstreamed` were not (their E2E
         and E2E per completion token); successful, complete ones only (errors and
-        cancellations would skew latency). Output lengths come from both."""
+        cancellations would skew latency). Output lengths come from all three; the
+        `lengths_only` ones have a latency of neither kind (`tally.latency_kind`)."""
         ttft: list[float] = []
         itl: list[float] = []
         tpot: list[float] = []
@@ -125,6 +126,8 @@ class LatencySamples:
             per_token = tpot_unstreamed_s(cap)
             if per_token is not None:
                 whole_per_token.append(per_token)
+        lengths.extend(cap.output_tokens for cap in lengths_only
+                       if _complete(cap) and cap.output_tokens is not None)
         return cls(tuple(ttft), tuple(itl), tuple(tpot), tuple(e2e), tuple(lengths),
                    tuple(whole), tuple(whole_per_token))
 

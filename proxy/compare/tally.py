@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 # An admission count: (primary URL, shadow URL, outcome, count); outcome is ELIGIBLE (the
 # sampler chose the request) or the reason an eligible request was not mirrored.
@@ -127,7 +127,7 @@ class GateInputs:
     def from_records(cls, records: Iterable[ExchangeRecord]) -> GateInputs:
         """Aggregate stored or in-memory exchange records."""
         comparisons: list[Comparison] = []
-        captures: dict[str, tuple[list[Capture], list[Capture]]] = {}
+        captures: dict[str, tuple[list[Capture], list[Capture], list[Capture]]] = {}
         requests: dict[str, int] = {}
         errors: dict[str, int] = {}
         has_baseline = False
@@ -137,8 +137,8 @@ class GateInputs:
                 if cap.cancelled:
                     continue
                 has_baseline = has_baseline or cap.role == "baseline"
-                streamed, unstreamed = captures.setdefault(cap.role, ([], []))
-                (streamed if is_streamed(record, cap) else unstreamed).append(cap)
+                captures.setdefault(cap.role, ([], [], []))[
+                    LATENCY_KINDS.index(latency_kind(record, cap))].append(cap)
                 requests[cap.role] = requests.get(cap.role, 0) + 1
                 failed = cap.error is not None or cap.status is None or cap.status >= 400
                 errors[cap.role] = errors.get(cap.role, 0) + failed
@@ -151,8 +151,19 @@ class GateInputs:
         )
 
 
-def is_streamed(record: ExchangeRecord, cap: Capture) -> bool:
-    """Whether `cap`'s answer was streamed (a baseline may be asked unstreamed)."""
-    return record.meta.stream and (
-        cap.role != "baseline" or bool(record.extra.get("baseline_streamed", True))
-    )
+LatencyKind = Literal["streamed", "unstreamed", "neither"]
+LATENCY_KINDS: tuple[LatencyKind, ...] = ("streamed", "unstreamed", "neither")
+
+
+def latency_kind(record: ExchangeRecord, cap: Capture) -> LatencyKind:
+    """Which latency family `cap`'s timing belongs to: a streamed answer, an unstreamed
+    answer to an unstreamed request, or "neither": the baseline asked unstreamed for a
+    streamed request (the default, without --baseline-stream). Its E2E is of requests the
+    clients streamed, so it is not like the shadow's unstreamed E2E; counted as such, it
+    made the unstreamed family look present in purely streamed traffic and the gate wait
+    for shadow samples that never come. Its tokens and length still count."""
+    if not record.meta.stream:
+        return "unstreamed"
+    if cap.role == "baseline" and not record.extra.get("baseline_streamed", True):
+        return "neither"
+    return "streamed"

@@ -50,15 +50,24 @@ def vllm_servers(
     factory.close()
 
 
+@pytest.fixture
+def vllm_room(vllm_servers: VllmServerFactory) -> Callable[[int], None]:
+    """`vllm_room(n)`: a test about to run n vLLM engines outside the factory (in
+    containers, or under the launcher) makes room for them first."""
+    return vllm_servers.make_room
+
+
 def trio_specs(tiny_model: Path, tiny_models: Callable[..., Path]) -> list[VllmSpec]:
     """The trio's specs: a suite that needs more servers starts them together with these."""
     return [VllmSpec(tiny_model, "tiny"), VllmSpec(tiny_model, "tiny", replica=1),
             VllmSpec(tiny_models(perturb=1), "tiny")]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def trio(vllm_servers: VllmServerFactory, tiny_model: Path,
          tiny_models: Callable[..., Path]) -> Trio:
-    """Three servers of the tiny model (`Trio`), started concurrently, shared by the suites."""
+    """Three servers of the tiny model (`Trio`), started concurrently, shared by the suites.
+
+    Module-scoped: the factory may have stopped them for another suite's engines since."""
     old_a, old_b, different = vllm_servers.start_many(trio_specs(tiny_model, tiny_models))
     return Trio(old_a, old_b, different)

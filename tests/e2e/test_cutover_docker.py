@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,10 +247,12 @@ def test_docker_unreachable_is_refused_at_start(stack: dict[str, Any]) -> None:
 
 @pytest.mark.vllm
 def test_cutover_of_real_vllm_containers(docker_client: Any, cutover_images: ImageBuilder,
-                                         tiny_model: Path, tmp_path: Path) -> None:
+                                         tiny_model: Path, tmp_path: Path,
+                                         vllm_room: Callable[[int], None]) -> None:
     """Old and new are real vLLM engines (images/vllm, CPU variant) started with a user's
     old command, deprecated FP4 flags included; the cutover copies that configuration
     (shm size, env, command) and promotes under 32 streaming clients with no failure."""
+    vllm_room(2)
     image = cutover_images.vllm(tiny_model)
     docker_client.images.get(image).tag("vllm-cutover-test/vllm", "new")
     tag = uuid.uuid4().hex[:8]

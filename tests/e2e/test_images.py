@@ -14,6 +14,7 @@ import subprocess
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -303,7 +304,9 @@ def test_vllm_image_keeps_old_bare_command_working(
     cutover_images: ImageBuilder,
     tiny_model: Path,
     container_cleanup: list[Any],
+    vllm_room: Callable[[int], None],
 ) -> None:
+    vllm_room(1)
     image = cutover_images.vllm(tiny_model)
     # The user's container command as it was: bare vLLM arguments, deprecated flags kept.
     old_args = ["--model", "/models/tiny", "--served-model-name", "tiny", "--port", "8000",

@@ -57,7 +57,9 @@ class Launched:
     env: dict[str, str]
 
 
-def test_old_command_fails_without_launcher(vllm_python: str, tiny_model: Path) -> None:
+def test_old_command_fails_without_launcher(vllm_python: str, tiny_model: Path,
+                                            vllm_room: Callable[[int], None]) -> None:
+    vllm_room(1)
     done = subprocess.run(
         old_command(vllm_python, tiny_model, free_port()),
         capture_output=True, text=True, timeout=300, check=False,
@@ -69,9 +71,11 @@ def test_old_command_fails_without_launcher(vllm_python: str, tiny_model: Path) 
 
 @pytest.fixture(scope="module")
 def launched(
-    vllm_python: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+    vllm_python: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory,
+    vllm_servers: VllmServerFactory,
 ) -> Iterator[dict[str, Launched]]:
     """The old command through the launcher: plain, and with the removed env var set."""
+    vllm_servers.make_room(2)
     work = tmp_path_factory.mktemp("launch")
     scenarios = {"plain": {}, "removed_env": REMOVED_ENV}
     started: dict[str, tuple[ServerProcess, int, Path, dict[str, str]]] = {}

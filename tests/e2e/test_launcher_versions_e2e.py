@@ -8,6 +8,7 @@ own parser).
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,8 @@ def test_the_image_reports_a_release_outside_the_tables(docker_client: Any,
 @pytest.mark.parametrize("scenario", ["plain", "seed"])
 def test_a_container_on_an_unknown_release_starts_and_serves(
         docker_client: Any, next_release_image: str, container_cleanup: list[Any],
-        scenario: str) -> None:
+        scenario: str, vllm_room: Callable[[int], None]) -> None:
+    vllm_room(1)
     args = SERVE + (SEED_FLAGS if scenario == "seed" else [])
     url = _start_published(docker_client, next_release_image, args, container_cleanup,
                            ready_timeout_s=CONTAINER_READY_TIMEOUT_S, shm_size="1g",

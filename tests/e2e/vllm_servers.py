@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,13 +53,30 @@ class Trio:
     different: VllmServer
 
 
+# One tiny CPU engine holds about 2.3 GB (API server, engine core, worker). Five of them
+# leave room on a 23 GB machine for the two engines a Docker cutover test runs in
+# containers; eight at once (the tool-parser trio, then the eval suite's five) were
+# OOM-killed in CI. `VLLM_CUTOVER_TEST_MAX_ENGINES` overrides the cap.
+DEFAULT_MAX_ENGINES = 5
+
+
+def _max_engines() -> int:
+    raw = os.environ.get("VLLM_CUTOVER_TEST_MAX_ENGINES", "")
+    return int(raw) if raw.strip() else DEFAULT_MAX_ENGINES
+
+
 @dataclass
 class VllmServerFactory:
-    """Starts real vLLM CPU servers once per session and stops them all at teardown."""
+    """Starts real vLLM CPU servers, shares them across the session, and keeps at most
+    `max_engines` alive: asking for a spec not running stops the least recently asked
+    for ones first. Suites ask again (module-scoped fixtures) rather than keep a server
+    from an earlier module, so a stopped one is started again when it is wanted."""
 
     python: str
     log_dir: Path
-    _running: dict[VllmSpec, tuple[ServerProcess, VllmServer]] = field(default_factory=dict)
+    max_engines: int = field(default_factory=_max_engines)
+    _running: OrderedDict[VllmSpec, tuple[ServerProcess, VllmServer]] = field(
+        default_factory=OrderedDict)
 
     def start(
         self,
@@ -73,10 +92,18 @@ class VllmServerFactory:
 
     def start_many(self, specs: Sequence[VllmSpec]) -> list[VllmServer]:
         """Spawn every spec not yet running, then wait for all: start-ups overlap."""
-        fresh: list[tuple[VllmSpec, ServerProcess, int]] = []
-        for spec in dict.fromkeys(specs):
+        wanted = list(dict.fromkeys(specs))
+        if len(wanted) > self.max_engines:
+            raise ValueError(f"{len(wanted)} engines asked for at once; the cap is "
+                             f"{self.max_engines} (VLLM_CUTOVER_TEST_MAX_ENGINES)")
+        self._forget_dead()
+        for spec in wanted:
             if spec in self._running:
-                continue
+                self._running.move_to_end(spec)
+        missing = [spec for spec in wanted if spec not in self._running]
+        self._evict(keep=set(wanted), room=len(missing))
+        fresh: list[tuple[VllmSpec, ServerProcess, int]] = []
+        for spec in missing:
             port = free_port()
             argv = [self.python, *api_server_args(spec.model_dir, spec.name, port),
                     *spec.extra_args]
@@ -95,6 +122,12 @@ class VllmServerFactory:
             self._running[spec] = (proc, VllmServer(spec, proc.url, port, proc.pid, proc.log_path))
         return [self._running[spec][1] for spec in specs]
 
+    def make_room(self, engines: int) -> None:
+        """Stop the least recently used servers until `engines` more (in containers, or
+        started by a launcher under test) fit under the cap."""
+        self._forget_dead()
+        self._evict(keep=set(), room=engines)
+
     def stop(self, server: VllmServer) -> None:
         """Stop one server early (a test that kills the shadow, say)."""
         proc, _ = self._running.pop(server.spec)
@@ -104,3 +137,22 @@ class VllmServerFactory:
         for proc, _ in self._running.values():
             proc.stop()
         self._running.clear()
+
+    def _evict(self, keep: set[VllmSpec], room: int) -> None:
+        for spec in list(self._running):
+            if len(self._running) + room <= self.max_engines:
+                return
+            if spec not in keep:
+                proc, server = self._running.pop(spec)
+                logger.info("stopping vLLM %r at %s to stay under %d engines",
+                            spec.name, server.url, self.max_engines)
+                proc.stop()
+
+    def _forget_dead(self) -> None:
+        """A server whose process exited (killed, crashed) is started again when asked."""
+        for spec, (proc, server) in list(self._running.items()):
+            if proc.proc.poll() is not None:
+                logger.warning("vLLM %r at %s exited (%s); log %s", spec.name, server.url,
+                               proc.proc.returncode, server.log_path)
+                proc.stop()
+                del self._running[spec]

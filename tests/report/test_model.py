@@ -104,4 +104,25 @@ def test_per_token_latency_only_from_streamed_answers(
         c.e2e_s / c.output_tokens for c in unstreamed)  # type: ignore[operator]
     baseline_unstreamed = [replace(r, extra={"baseline_streamed": False}) for r in records]
     baseline = latency_samples(baseline_unstreamed)["baseline"]
-    assert baseline.ttft_s == () and len(baseline.e2e_unstreamed_s) == 40
+    # Asked unstreamed for the 20 streamed requests: a latency of neither family (not like
+    # the shadow's unstreamed E2E), so only the 20 unstreamed requests give E2E samples;
+    # every answer's length still counts.
+    assert baseline.ttft_s == () and len(baseline.e2e_unstreamed_s) == 20
+    assert len(baseline.output_tokens) == 40
+
+
+def test_streamed_traffic_with_an_unstreamed_baseline_is_judged_on_streamed_latency(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    """The default baseline is asked unstreamed for streamed requests. Its E2E is no
+    unstreamed sample: counted as one, the gate waited forever for the shadow's."""
+    from proxy.compare.gate import GateCriteria, GateInputs, evaluate
+
+    records = [replace(r, extra={"baseline_streamed": False})
+               for r in records_of(count=3000, seed=3)]
+    criteria = GateCriteria(min_samples=20, min_baseline_samples=20)
+    verdict = evaluate(GateInputs.from_records(records), criteria)
+    judged = verdict.details["latency"]["families_judged"]
+    assert judged == ["streamed"], verdict.reasons
+    assert not [r for r in verdict.reasons if "unstreamed" in r], verdict.reasons
+    assert verdict.details["latency"]["reference"]["ttft"] == "primary"

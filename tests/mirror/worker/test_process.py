@@ -64,7 +64,7 @@ async def test_worker_records_compares_and_merges_metrics(backend, proxy, admin,
         os.getpriority(os.PRIO_PROCESS, 0) + 10  # the kernel agrees
     assert worker["queued_bytes"] >= 0 and set(worker["loop"]) == {"lag_ms", "busy"}
     assert stats["admission"] == {"eligible": 3, "mirrored": 3, "shed": {}, "shed_total": 0,
-                                  "coverage": 1.0, "drop_rate": 0.0}
+                                  "unmirrorable": 0, "coverage": 1.0, "drop_rate": 0.0}
     (first, *_) = (await (await api.get("/admin/records", headers=AUTH)).json())["records"]
     primary_capture = next(c for c in first["captures"] if c["role"] == "primary")
     assert primary_capture["status"] == 200 and primary_capture["ttft_s"] > 0
