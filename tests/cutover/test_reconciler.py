@@ -103,7 +103,10 @@ async def test_manual_promote_then_rollback_restarts_the_stopped_old(world: Worl
     began = next(t.at_unix for t in end.history if t.to_phase is Phase.ROLLING_BACK)
     assert began - asked < 2.0, began - asked
     assert ("start", OLD_ID) in world.driver.calls
-    assert world.control.view == RoutesView(4, world.old_url)
+    # Old alone again. Version 4, or 5 where a reconciler tick saw old stopped and took it
+    # off the shadow route before the rollback (a loaded machine).
+    view = world.control.view
+    assert view.version in (4, 5) and view == RoutesView(view.version, world.old_url)
     assert end.rollback_s is not None and 0 <= end.rollback_s < 5
     assert f"{end.rollback_s:.2f}s after the rollback began" in end.history[-1].reason
 

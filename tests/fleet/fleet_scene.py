@@ -24,13 +24,14 @@ from tests.e2e.servers import HOST, ServerProcess, free_port, spawn
 PACE = ("--ttft-ms", "40", "--itl-ms", "8", "--natural-tokens", "10:24")
 SLOW_AND_DIVERGING = ("--ttft-ms", "160", "--itl-ms", "32", "--natural-tokens", "10:24",
                       "--divergence-rate", "0.6")
-# p99 ratios not judged: 60 requests on a shared two-core machine make a noisy tail; 60 of
-# 60 matching have a Wilson lower bound of 0.94, so the allowed excess divergence is 0.1.
+# p99 ratios not judged: 150 requests on a shared two-core machine make a noisy tail.
+# 150 a role: the anytime-valid output-length bound of identical lengths clears +-0.3 at
+# about 114 pairs at 50 % confidence (60 were inconclusive).
 CRITERIA = GateCriteria(max_excess_divergence=0.1, max_ttft_p50_ratio=1.3, max_tpot_p50_ratio=1.3,
                         max_ttft_p99_ratio=None, max_tpot_p99_ratio=None,
-                        # a scene of 60 requests a role: its verdict at 50 %, errors not judged
+                        # a scene of 150 requests a role: its verdict at 50 %, errors not judged
                         confidence=0.5, max_error_rate_excess=1.0)
-REQUESTS_PER_PROXY = 20
+REQUESTS_PER_PROXY = 50
 
 
 @contextmanager
