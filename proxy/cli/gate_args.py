@@ -38,6 +38,12 @@ def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
                             "whatever the ratio (default %(default)s)")
     group.add_argument("--gate-token-latency-floor-ms", type=float, default=1.0, metavar="MS",
                        help="the same for per-token times, TPOT (default %(default)s)")
+    group.add_argument("--gate-max-error-rate-excess", type=float, default=0.01, metavar="F",
+                       help="new's error rate may exceed old's by this much: passes when "
+                            "its upper bound is within (default %(default)s)")
+    group.add_argument("--gate-max-length-shift", type=float, default=0.3, metavar="F",
+                       help="largest |P(new longer) - P(new shorter)| of output lengths; "
+                            "0: not judged (default %(default)s)")
     group.add_argument("--gate-confidence", type=float, default=0.95, metavar="F",
                        help="confidence of the whole verdict at every look: the error rate "
                             "1 - F is split across the checks (default %(default)s)")
@@ -58,6 +64,8 @@ def gate_criteria(args: argparse.Namespace) -> GateCriteria:
         latency_floor_s=args.gate_latency_floor_ms / 1000,
         token_latency_floor_s=args.gate_token_latency_floor_ms / 1000,
         confidence=args.gate_confidence,
+        max_error_rate_excess=args.gate_max_error_rate_excess,
+        max_length_shift=args.gate_max_length_shift or None,
         **ratios,
     )
 

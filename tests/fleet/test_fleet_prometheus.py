@@ -90,9 +90,12 @@ def test_passing_fleet(prometheus_server, sims, tmp_path: Path):
         selector = '{job="fleet-pass"}'
         assert set(argo_prometheus_phases(prometheus_server, "fleet-pass", tmp_path).values()) \
             == {"Successful"}
+        # The scene's CRITERIA as flags.
         assert cli_main(["gate", "--prometheus", prometheus_server.url, "--selector", selector,
-                         "--gate-max-excess-divergence", "0.1", "--gate-max-ttft-p50-ratio", "1.3", "--gate-max-tpot-p50-ratio", "1.3",
-                         "--gate-max-ttft-p99-ratio", "0", "--gate-max-tpot-p99-ratio", "0"]) == 0
+                         "--gate-max-excess-divergence", "0.1", "--gate-max-ttft-p50-ratio", "1.3",
+                         "--gate-max-tpot-p50-ratio", "1.3", "--gate-max-ttft-p99-ratio", "0",
+                         "--gate-max-tpot-p99-ratio", "0", "--gate-confidence", "0.5",
+                         "--gate-max-error-rate-excess", "1"]) == 0
         windowed, _ = read_and_judge(prometheus_server, selector, "10m")
         assert windowed["verdict"] == "pass", windowed["reasons"]
         # increase() extrapolates to the window's edges: an estimate (83 for 60 measured on
