@@ -438,24 +438,27 @@ class Http1Pool:
         assert self.confirm is not None
         try:
             refusal = await within(self.confirm(), self.connect_timeout_s)
-        except BaseException as exc:
+        except asyncio.TimeoutError:
+            refusal = f"not confirmed within {self.connect_timeout_s:g} s"
+        except BaseException:
             conn.abort()
-            if isinstance(exc, asyncio.TimeoutError):
-                raise UpstreamError("unconfirmed") from None
             raise
         if refusal is not None:
             conn.abort()
-            self._refused("unconfirmed")
-            if self._refusals <= 1:  # once per outage, not once per request
+            if self._refused("unconfirmed"):  # once per outage, not once per request
                 log.warning("%s:%s: connection closed unused: %s", self.host, self.port,
                             refusal)
             raise UpstreamError("unconfirmed")
 
-    def _refused(self, kind: str) -> None:
+    def _refused(self, kind: str) -> bool:
+        """Fail fast for a while (mirror lane); True for the first failure of its kind in
+        a row."""
+        first = self._refusals == 0 or self.down_kind != kind
         self.down_kind = kind
         if self.fail_fast:
             self._down_until = time.monotonic() + min(MAX_DOWN_S, DOWN_S * 2**self._refusals)
             self._refusals = min(self._refusals + 1, 16)
+        return first
 
     async def open(self, method: str, path: str, headers: CIMultiDict[str],
                    body: bytes) -> Http1Connection:

@@ -434,5 +434,6 @@ async def test_a_confirmation_that_does_not_come_is_a_refusal():
     with pytest.raises(UpstreamError, match="unconfirmed"):
         await pool.fetch("POST", "/", CIMultiDict(), b"{}", _collect([]))
     assert pool.connections == 0  # the connection was closed, its slot freed
+    assert pool.down and pool.down_kind == "unconfirmed"
     await pool.close()
     await _stop(server)
