@@ -90,6 +90,7 @@ class Reconciler:
     async def run(self) -> None:
         while self.busy:
             phase = self.state.phase
+            self._wake.clear()  # a wake-up during the step is not lost: the sleep returns
             action = await self.step()
             if self._write_failed:
                 await asyncio.sleep(self._unwritten.next_delay())
@@ -136,11 +137,35 @@ class Reconciler:
     async def _sleep(self) -> None:
         if self._mail is not None:
             return
-        self._wake.clear()
         try:
             await asyncio.wait_for(self._wake.wait(), self._tick_s)
         except asyncio.TimeoutError:
             pass
+
+    async def confirm_peer(self, url: str) -> str | None:
+        """None when a connection established to `url` before this call reaches the
+        container the cutover means, else why not. Only old's address is checked: after
+        the promotion old is the shadow; before it, its address is the primary's, which
+        is never asked. Old still running at that address now means it held the address
+        when the connection was made (Docker frees an IP only once its holder is gone).
+        A refusal wakes the next step, which stops mirroring to old."""
+        state, driver = self.state, self._driver
+        old = state.old
+        if state.phase.terminal or old.container_id is None or url != old.url or (
+                driver is None):
+            return None
+        try:
+            info = await asyncio.to_thread(driver.inspect, old.container_id)
+        except (RuntimeError, OSError) as exc:
+            return f"the old container {old.name} could not be checked: {exc}"
+        if info.state != "running":
+            why = f"the old container {old.name} is {info.state}"
+        elif (now := current_url(old.url, old.network, info)) != old.url:
+            why = f"the old container {old.name} is now at {now}"
+        else:
+            return None
+        self._wake.set()
+        return f"{why}: {url} may be held by another container"
 
     async def _observe(self, state: CutoverState) -> Observation:
         wanted = machine.needs(state)

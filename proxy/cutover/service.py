@@ -119,6 +119,12 @@ class CutoverService:
             data.update(pending=self._reconciler.mail, terminal=False)
         return data
 
+    async def confirm_peer(self, url: str) -> str | None:
+        """Whether a new mirror connection to `url` may carry prompts (`proxy.mirror.peers`):
+        None, or why not. Only the running cutover's containers are checked."""
+        reconciler = self._reconciler
+        return None if reconciler is None else await reconciler.confirm_peer(url)
+
     def command(self, cmd: Command) -> CutoverState:
         """Queue `cmd` (machine.CommandRefused when it does not apply)."""
         if self._reconciler is None:

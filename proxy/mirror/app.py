@@ -33,6 +33,7 @@ from proxy.mirror.control import MirrorControl
 from proxy.mirror.evidence import Evidence, LocalEvidence, WorkerEvidence
 from proxy.mirror.exchange import Mirror
 from proxy.mirror.listener import HEAD_LIMITS, GuardedRequestHandler, RateLimitedLog
+from proxy.mirror.peers import PeerGuard
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
 from proxy.mirror.route_state import restore_routes, route_persister
 from proxy.mirror.upstream.routing import Router, make_pool_factory
@@ -57,6 +58,7 @@ EVIDENCE_KEY = web.AppKey("evidence", Evidence)
 STATE_KEY = web.AppKey("state", StateFile)  # sections: "routes" (router), "cutover"
 CONTROL_KEY = web.AppKey("control", MirrorControl)  # what the cutover acts through
 REFUSALS_KEY = web.AppKey("refusals", RateLimitedLog)  # bad input: one log line per 10 s
+PEERS_KEY = web.AppKey("peers", PeerGuard)  # confirms each new mirror connection's peer
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -137,6 +139,7 @@ def build_app(config: ProxyConfig, registry: CollectorRegistry | None = None) ->
     app[CONFIG_KEY] = config
     app[REFUSALS_KEY] = RateLimitedLog()
     app[METRICS_KEY] = ProxyMetrics(registry if registry is not None else CollectorRegistry())
+    app[PEERS_KEY] = PeerGuard()  # bound to the cutover service once that is open
     app.cleanup_ctx.append(_state_ctx)  # first: an unreadable file stops the start early
     if config.capture_worker:
         app.cleanup_ctx.append(_router_ctx)
@@ -178,7 +181,8 @@ async def _router_ctx(app: web.Application) -> AsyncIterator[None]:
     persist = route_persister(state)
     if write:
         persist(routes, version)
-    pools = make_pool_factory(config.connect_timeout_s, config.max_upstream_connections)
+    pools = make_pool_factory(config.connect_timeout_s, config.max_upstream_connections,
+                              confirm=app[PEERS_KEY].confirm)
     router = Router(routes, pools, version, persist)
     app[ROUTER_KEY] = router
     app[METRICS_KEY].route_version.set(router.routes.version)
@@ -205,6 +209,7 @@ async def _cutover_ctx(app: web.Application) -> AsyncIterator[None]:
                              on_state=lambda state: metrics.set_cutover_phase(state.phase.value))
     await service.open()
     app[CUTOVER_KEY] = service
+    app[PEERS_KEY].bind(service.confirm_peer)
     yield
     await service.close()
     if driver is not None:
@@ -244,7 +249,8 @@ def _watch(mirror: Admission, config: ProxyConfig) -> list[asyncio.Task[None]]:
 async def _worker_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG_KEY]
     app[TASKS_KEY] = BackgroundTasks()  # the proxy's own (none per request in this mode)
-    mirror = RemoteMirror(config, app[METRICS_KEY], config.worker_cpus)
+    mirror = RemoteMirror(config, app[METRICS_KEY], config.worker_cpus,
+                          app[PEERS_KEY].confirm)
     await mirror.open()
     app[MIRROR_KEY] = mirror
     app[EVIDENCE_KEY] = WorkerEvidence(mirror.link, app[METRICS_KEY], mirror.flush_admission)

@@ -148,8 +148,9 @@ class Exchange:
                 continue
             label = mirror.metrics.backend_label(upstream.url)
             if upstream.pool.down:
-                # Refused moments ago: recorded as a connect error, without a task or syscall.
-                self._lost(role, label, "connect", f"{role}_down")
+                # Refused (or unconfirmed) moments ago: recorded as such, without a task
+                # or a syscall.
+                self._lost(role, label, upstream.pool.down_kind, f"{role}_down")
                 continue
             try:
                 body = prepared.shadow_body

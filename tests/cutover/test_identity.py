@@ -20,6 +20,7 @@ from proxy.cutover.driver import LABEL_CUTOVER, LABEL_ROLE, ContainerInfo, Netwo
 from proxy.cutover.machine import begin
 from proxy.cutover.model import CutoverSpec, Endpoint, Phase
 from proxy.cutover.reconciler import SECTION
+from proxy.cutover.service import CutoverService
 from proxy.sim.app import make_sim_app
 from proxy.sim.config import SimConfig
 from proxy.statefile import StateFile
@@ -138,3 +139,32 @@ async def test_adopt_mode_stops_mirroring_to_another_engine_at_old_s_address(
     for _ in range(20):  # for good: the route stays off
         await asyncio.sleep(0.01)
         assert world.control.view.shadow is None
+
+
+@pytest.mark.parametrize("gone", [{"state": "exited"}, {"networks": _at("127.0.0.3")}],
+                         ids=["stopped", "moved"])
+async def test_a_mirror_connection_to_old_is_confirmed_and_a_refusal_stops_mirroring_at_once(
+        world: World, gone: dict[str, Any]) -> None:
+    """After the promotion old is the shadow: a new mirror connection to its URL is
+    confirmed only while its container still holds that address; a refusal wakes the
+    cutover, which turns mirroring off without waiting for its tick (30 s here)."""
+    world.driver.add_old(networks=_at("127.0.0.1"))
+    svc = await world.service()
+    await svc.start(CutoverSpec(**{**FAST, "post_promotion_s": 60.0}))
+    old_url = world.old_url
+    await until(lambda: svc.state is not None and svc.state.phase is Phase.POST_PROMOTION
+                and world.control.view.shadow == old_url)
+    await svc.close()
+    slow = CutoverService(StateFile(world.state_path), world.control, world.driver, tick_s=30)
+    world.services.append(slow)
+    await slow.open()  # resumes post_promotion; steps once, then sleeps for the tick
+    await asyncio.sleep(0.1)
+    assert await slow.confirm_peer(old_url) is None
+    assert await slow.confirm_peer(world.new_url) is None  # not old: nothing to check
+    world.driver._set(OLD_ID, **gone)
+    refusal = await slow.confirm_peer(old_url)
+    assert refusal is not None and "the old container vllm-old is" in refusal, refusal
+    await until(lambda: world.control.view.shadow is None, timeout_s=2.0)
+    state = slow.state
+    assert state is not None and state.phase is Phase.POST_PROMOTION
+    assert "no more mirroring to" in (state.mirror_off or "")

@@ -41,6 +41,9 @@ from proxy.mirror.upstream.stamped import open_stamped
 log = logging.getLogger(__name__)
 
 Feed = Callable[[bytes, float], None]
+# Asked once per new connection, after it is established and before any byte is sent
+# on it: None when the peer is the backend the route means, else why it is not.
+ConfirmPeer = Callable[[], Awaitable["str | None"]]
 T = TypeVar("T")
 
 MAX_IDLE_S = 4.0  # below uvicorn's (vLLM's) 5 s keep-alive: never reuse a closing socket
@@ -297,11 +300,15 @@ class Http1Pool:
     `fail_fast`: after a refused connect, fail at once for a while (doubling on each
     refusal in a row): right for the mirror lane, where a dead shadow must cost next to
     nothing; the primary lane always tries, so a restarted primary is used at once.
+    `confirm`: each new connection is confirmed before its first request (the peer that
+    accepted it is known, not just its address): one refused is closed unused, the
+    request fails "unconfirmed" and the pool fails fast as after a refused connect.
     """
 
     def __init__(self, url: str, connect_timeout_s: float = 10.0,
                  fail_fast: bool = False, stamped: bool = False,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS, identity: bool = False) -> None:
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, identity: bool = False,
+                 confirm: ConfirmPeer | None = None) -> None:
         parts = urlsplit(url)
         self.https = parts.scheme == "https"
         self.host = parts.hostname or ""
@@ -318,12 +325,14 @@ class Http1Pool:
         # Answers this pool reads are parsed, not relayed: ask for them without a
         # Content-Encoding (gzip from a gateway would make a capture garbage).
         self.identity = identity
+        self.confirm = confirm
         self.connections = 0  # open or opening, idle or in use
         self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._idle: list[Http1Connection] = []
         self._closed = False
         self._down_until = 0.0
         self._refusals = 0  # connects refused in a row
+        self.down_kind = "connect"  # why it is down: "connect" or "unconfirmed"
 
     @property
     def down(self) -> bool:
@@ -389,8 +398,8 @@ class Http1Pool:
                 raise
 
     async def _new_connection(self) -> Http1Connection:
-        if self.down:
-            raise UpstreamError("connect")  # a dead shadow costs the proxy next to nothing
+        if self.down:  # a dead shadow costs the proxy next to nothing
+            raise UpstreamError(self.down_kind)
         loop = asyncio.get_running_loop()
         self.connections += 1  # the slot is taken while connecting
 
@@ -416,14 +425,40 @@ class Http1Pool:
             if isinstance(exc, asyncio.TimeoutError):
                 raise UpstreamError("timeout") from exc
             if isinstance(exc, OSError):
-                if self.fail_fast:
-                    self._down_until = time.monotonic() + min(MAX_DOWN_S,
-                                                              DOWN_S * 2**self._refusals)
-                    self._refusals = min(self._refusals + 1, 16)
+                self._refused("connect")
                 raise UpstreamError("connect") from exc
             raise
+        if self.confirm is not None:
+            await self._confirmed(conn)
         self._refusals = 0
         return conn
+
+    async def _confirmed(self, conn: Http1Connection) -> None:
+        """`conn` once `confirm` says its peer is the backend meant; closed unused if not."""
+        assert self.confirm is not None
+        try:
+            refusal = await within(self.confirm(), self.connect_timeout_s)
+        except asyncio.TimeoutError:
+            refusal = f"not confirmed within {self.connect_timeout_s:g} s"
+        except BaseException:
+            conn.abort()
+            raise
+        if refusal is not None:
+            conn.abort()
+            if self._refused("unconfirmed"):  # once per outage, not once per request
+                log.warning("%s:%s: connection closed unused: %s", self.host, self.port,
+                            refusal)
+            raise UpstreamError("unconfirmed")
+
+    def _refused(self, kind: str) -> bool:
+        """Fail fast for a while (mirror lane); True for the first failure of its kind in
+        a row."""
+        first = self._refusals == 0 or self.down_kind != kind
+        self.down_kind = kind
+        if self.fail_fast:
+            self._down_until = time.monotonic() + min(MAX_DOWN_S, DOWN_S * 2**self._refusals)
+            self._refusals = min(self._refusals + 1, 16)
+        return first
 
     async def open(self, method: str, path: str, headers: CIMultiDict[str],
                    body: bytes) -> Http1Connection:

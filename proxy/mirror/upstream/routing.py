@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from proxy.credentials import without_credentials
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 Lane = Literal["primary", "mirror"]
 PoolFactory = Callable[[Lane, str], Http1Pool]
+ConfirmUrl = Callable[[str], Awaitable["str | None"]]  # None: the peer is the one meant
 # Called with the new routes and their version before they are published; raising
 # (the state file cannot be written) leaves the current routes in place.
 PersistRoutes = Callable[[RouteConfig, int], None]
@@ -202,15 +204,19 @@ class Router:
 
 
 def make_pool_factory(connect_timeout_s: float,
-                      max_connections: int = DEFAULT_MAX_CONNECTIONS) -> PoolFactory:
+                      max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                      confirm: ConfirmUrl | None = None) -> PoolFactory:
     """Keep-alive pools of at most `max_connections`; the mirror lane's fail fast while
-    their backend refuses and ask for unencoded answers (they are parsed, never relayed)."""
+    their backend refuses and ask for unencoded answers (they are parsed, never relayed).
+    `confirm(url)`: asked for each new mirror-lane connection before a prompt goes on it
+    (`proxy.mirror.peers`); the primary lane is never held up by it."""
 
     def factory(lane: Lane, url: str) -> Http1Pool:
         mirror = lane == "mirror"
         # Mirrors are read by the capture worker at a lower priority: their reads are timed
         # by the kernel's arrival stamps, so a late read does not make a backend look slow.
         return Http1Pool(url, connect_timeout_s, fail_fast=mirror, stamped=mirror,
-                         max_connections=max_connections, identity=mirror)
+                         max_connections=max_connections, identity=mirror,
+                         confirm=partial(confirm, url) if mirror and confirm else None)
 
     return factory

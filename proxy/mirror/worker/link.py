@@ -14,7 +14,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from itertools import count
 from typing import Any
 
@@ -27,14 +27,16 @@ from proxy.mirror.worker.messages import (
     Bye,
     Call,
     Configure,
+    ConfirmPeer,
     Done,
+    PeerConfirmed,
     Progress,
     Query,
     Ready,
     Reply,
     Shutdown,
 )
-from proxy.tasks import start_task
+from proxy.tasks import BackgroundTasks, start_task
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +53,12 @@ class WorkerLink:
     """The worker process and the channel to it."""
 
     def __init__(self, config: ProxyConfig, on_done: Callable[[int], None],
-                 on_lost: Callable[[], None], cpus: tuple[int, ...] | None = None) -> None:
+                 on_lost: Callable[[], None], cpus: tuple[int, ...] | None = None,
+                 confirm_peer: Callable[[str], Awaitable[str | None]] | None = None) -> None:
         self.config = config
         self.cpus = cpus
+        self._confirm_peer = confirm_peer
+        self._peer_answers = BackgroundTasks()
         self._on_done = on_done
         self._on_lost_exchanges = on_lost
         self.channel: Channel | None = None
@@ -152,6 +157,8 @@ class WorkerLink:
                     future.set_result(message.value)
                 else:
                     future.set_exception(RuntimeError(message.value))
+        elif isinstance(message, ConfirmPeer):
+            self._peer_answers.spawn(self._answer_peer(message), "confirm-peer")
         elif isinstance(message, Progress):
             self.backlog.handled(message.handled_bytes)
             self.load.lag_s, self.load.busy = message.loop_lag_s, message.loop_busy
@@ -165,6 +172,15 @@ class WorkerLink:
                 self._bye.set_result(message.cancelled)
         else:
             log.error("capture worker sent an unexpected %s", type(message).__name__)
+
+    async def _answer_peer(self, query: ConfirmPeer) -> None:
+        check = self._confirm_peer
+        try:
+            refusal = None if check is None else await check(query.url)
+        except Exception as exc:  # unconfirmed, never a dead worker
+            log.warning("confirming a mirror connection failed", exc_info=True)
+            refusal = f"the peer could not be confirmed: {type(exc).__name__}: {exc}"
+        self.send(PeerConfirmed(query.call_id, refusal))
 
     def _lost(self, exc: Exception | None) -> None:
         self.ready = False
@@ -214,6 +230,7 @@ class WorkerLink:
                 log.error("capture worker did not finish in %.0f s; killing it", timeout_s + 10)
         if channel is not None:
             channel.close()
+        await self._peer_answers.drain(1.0)
         try:
             await asyncio.wait_for(process.wait(), 10.0)
         except asyncio.TimeoutError:

@@ -140,6 +140,14 @@ class Shutdown:
     """Finish the exchanges in flight and their records, then say `Bye`."""
 
 
+@dataclass(slots=True)
+class PeerConfirmed:
+    """The answer to `ConfirmPeer`: None, the connection may carry prompts; else why not."""
+
+    call_id: int
+    refusal: str | None
+
+
 # Worker -> proxy
 
 
@@ -175,11 +183,20 @@ class Bye:
     cancelled: int  # exchanges cancelled when the drain ran out of time
 
 
+@dataclass(slots=True)
+class ConfirmPeer:
+    """A new mirror-lane connection to `url` waits, unused, for `PeerConfirmed`
+    (`proxy.mirror.peers`)."""
+
+    call_id: int
+    url: str
+
+
 # A message's wire code is its place here; Configure stays first.
 MESSAGE_TYPES: tuple[type[Any], ...] = (
     Configure, Start, Chunks, End, AdmissionCounts, GateQuery, WindowGateQuery,
-    AggregatesQuery, RecordsQuery, MetricsQuery, Call, Shutdown,
-    Ready, Done, Reply, Progress, Bye,
+    AggregatesQuery, RecordsQuery, MetricsQuery, Call, Shutdown, PeerConfirmed,
+    Ready, Done, Reply, Progress, Bye, ConfirmPeer,
 )
 _CODES = {cls: code for code, cls in enumerate(MESSAGE_TYPES)}
 _FIELDS = {cls: _values_getter(cls) for cls in MESSAGE_TYPES}

@@ -26,6 +26,7 @@ import logging
 import signal
 import socket
 from collections.abc import Callable, Coroutine
+from itertools import count
 from typing import Any
 
 from multidict import CIMultiDict
@@ -51,10 +52,12 @@ from proxy.mirror.worker.messages import (
     Call,
     Chunks,
     Configure,
+    ConfirmPeer,
     Done,
     End,
     GateQuery,
     MetricsQuery,
+    PeerConfirmed,
     Progress,
     Query,
     Ready,
@@ -112,7 +115,10 @@ class CaptureWorker:
         sync = SqliteStore(config.store.db_path, config.store.retention_rows,
                            config.store.store_text)
         self.store = RecordStore(sync, on_drop=self.metrics.records_dropped.inc)
-        pools = make_pool_factory(config.connect_timeout_s, config.max_upstream_connections)
+        self._peer_calls: dict[int, asyncio.Future[str | None]] = {}
+        self._peer_ids = count(1)
+        pools = make_pool_factory(config.connect_timeout_s, config.max_upstream_connections,
+                                  confirm=self._confirm_peer)
         self.router = Router(config.routes, pools)
         mirror_config = dataclasses.replace(config.mirror, max_shadow_inflight=NO_CAP,
                                             overload_lag_s=0.0)
@@ -126,6 +132,7 @@ class CaptureWorker:
         self._handlers: dict[type[Any], Callable[[Any], None]] = {
             Chunks: self._chunks, Start: self._start, End: self._end,
             AdmissionCounts: self._admission, Call: self._call, Shutdown: self._shutdown_asked,
+            PeerConfirmed: self._peer_confirmed,
         }
 
     async def open(self) -> None:
@@ -158,6 +165,23 @@ class CaptureWorker:
             log.error("unexpected %s from the proxy", type(message).__name__)
             return
         handler(message)
+
+    async def _confirm_peer(self, url: str) -> str | None:
+        """Whether a new connection to `url` may carry prompts: the proxy's cutover knows
+        the container behind it (`proxy.mirror.peers`); the pool times the answer out."""
+        call_id = next(self._peer_ids)
+        future = self._peer_calls[call_id] = asyncio.get_running_loop().create_future()
+        try:
+            if not self.channel.send(ConfirmPeer(call_id, url)):
+                return "the proxy cannot be asked (its channel is closed)"
+            return await future
+        finally:
+            self._peer_calls.pop(call_id, None)
+
+    def _peer_confirmed(self, answer: PeerConfirmed) -> None:
+        future = self._peer_calls.get(answer.call_id)
+        if future is not None and not future.done():
+            future.set_result(answer.refusal)
 
     def _chunks(self, chunks: Chunks) -> None:
         pending = self.pending.get(chunks.xid)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from itertools import count
 from time import perf_counter
 
@@ -93,9 +94,10 @@ class RemoteMirror(Admission):
     """Admission on the client path; the exchanges themselves run in the capture worker."""
 
     def __init__(self, config: ProxyConfig, metrics: ProxyMetrics,
-                 cpus: tuple[int, ...] | None = None) -> None:
+                 cpus: tuple[int, ...] | None = None,
+                 confirm_peer: Callable[[str], Awaitable[str | None]] | None = None) -> None:
         super().__init__(config.mirror, metrics)
-        self.link = WorkerLink(config, self._done, self._lost, cpus)
+        self.link = WorkerLink(config, self._done, self._lost, cpus, confirm_peer)
         self.exchanges: dict[int, RemoteExchange] = {}
         self._xids = count(1)
         self.closing = False

@@ -374,3 +374,66 @@ async def test_within_times_out_without_a_task_and_passes_cancellation_through()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_new_connection_is_confirmed_once_before_its_first_byte():
+    """`confirm` is asked after the connect and before anything is sent; a refused
+    connection is closed unused, and the pool fails fast (no connect, no question)."""
+    received: list[bytes] = []
+    accepted = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                writer.close()
+                return
+            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            received.append(head + await reader.readexactly(length))
+            writer.write(CHUNKED)
+            await writer.drain()
+
+    server, url = await _serve(handler)
+    asked: list[tuple[int, int]] = []  # (connections accepted, requests received) when asked
+    answer: list[str | None] = [None]
+
+    async def confirm() -> str | None:
+        await asyncio.sleep(0.01)  # the server has accepted by now
+        asked.append((accepted, len(received)))
+        return answer[0]
+
+    pool = Http1Pool(url, fail_fast=True, confirm=confirm)
+    for _ in range(2):
+        await pool.fetch("POST", "/v1/completions", CIMultiDict(), b"{}", _collect([]))
+    assert asked == [(1, 0)] and len(received) == 2  # asked once, before the first request
+    pool._idle.clear()  # the next request needs a new connection
+    answer[0] = "the old container old is exited"
+    with pytest.raises(UpstreamError, match="unconfirmed"):
+        await pool.fetch("POST", "/v1/completions", CIMultiDict(), b"{}", _collect([]))
+    assert asked[1:] == [(2, 2)] and len(received) == 2  # accepted, nothing sent on it
+    assert pool.down
+    with pytest.raises(UpstreamError, match="unconfirmed"):
+        await pool.fetch("POST", "/v1/completions", CIMultiDict(), b"{}", _collect([]))
+    assert len(asked) == 2 and accepted == 2
+    await pool.close()
+    await _stop(server)
+
+
+async def test_a_confirmation_that_does_not_come_is_a_refusal():
+    server, url = await _serve(lambda reader, writer: asyncio.sleep(5))
+    never = asyncio.Event()
+
+    async def confirm() -> str | None:
+        await never.wait()
+        return None
+
+    pool = Http1Pool(url, connect_timeout_s=0.2, fail_fast=True, confirm=confirm)
+    with pytest.raises(UpstreamError, match="unconfirmed"):
+        await pool.fetch("POST", "/", CIMultiDict(), b"{}", _collect([]))
+    assert pool.connections == 0  # the connection was closed, its slot freed
+    assert pool.down and pool.down_kind == "unconfirmed"
+    await pool.close()
+    await _stop(server)

@@ -35,11 +35,13 @@ EXAMPLES: list[Any] = [
     m.MetricsQuery(),
     m.Call(11, m.RecordsQuery(12, 13)),
     m.Shutdown(),
+    m.PeerConfirmed(14, "the old container old is exited"),
     m.Ready("nice 10", 4096),
     m.Done(7),
     m.Reply(11, False, {"verdict": "pass", "n": [1, 2]}),
     m.Progress(8192, 0.015, 0.25),
     m.Bye(2),
+    m.ConfirmPeer(15, "http://u:p@old:8000"),
 ]
 
 
