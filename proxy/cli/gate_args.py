@@ -23,12 +23,15 @@ def add_match_arguments(group: argparse._ArgumentGroup, min_samples: int) -> Non
 
 
 def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
+    from proxy.compare.gate import GateCriteria
+
+    defaults = GateCriteria()  # the flags' defaults are the criteria's own
     group = parser.add_argument_group(title)
     add_match_arguments(group, min_samples=50)
     group.add_argument("--gate-min-coverage", type=float, default=0.5, metavar="F",
                        help="share of sampled requests that must have been mirrored (not shed "
                             "under load) for a pass (default %(default)s)")
-    for entry, limit in _ratio_limits():
+    for entry, limit in _ratio_limits(defaults):
         group.add_argument(entry.flag, type=float, default=limit, metavar="X", dest=entry.field,
                            help=f"largest new/old {entry.label} ratio: passes when its upper "
                                 "bound is within, fails when its lower bound is beyond; "
@@ -38,10 +41,12 @@ def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
                             "whatever the ratio (default %(default)s)")
     group.add_argument("--gate-token-latency-floor-ms", type=float, default=1.0, metavar="MS",
                        help="the same for per-token times, TPOT (default %(default)s)")
-    group.add_argument("--gate-max-error-rate-excess", type=float, default=0.01, metavar="F",
+    group.add_argument("--gate-max-error-rate-excess", type=float, metavar="F",
+                       default=defaults.max_error_rate_excess,
                        help="new's error rate may exceed old's by this much: passes when "
                             "its upper bound is within (default %(default)s)")
-    group.add_argument("--gate-max-length-shift", type=float, default=0.3, metavar="F",
+    group.add_argument("--gate-max-length-shift", type=float, metavar="F",
+                       default=defaults.max_length_shift or 0.0,
                        help="largest |P(new longer) - P(new shorter)| of output lengths; "
                             "0: not judged (default %(default)s)")
     group.add_argument("--gate-confidence", type=float, default=0.95, metavar="F",
@@ -51,10 +56,11 @@ def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
 
 def gate_criteria(args: argparse.Namespace) -> GateCriteria:
     """Validated criteria; GateCriteria raises ValueError quoting a bad value."""
+    from proxy.compare.criteria import RATIO_LIMITS
     from proxy.compare.gate import GateCriteria
 
     ratios: dict[str, Any] = {entry.field: getattr(args, entry.field) or None
-                              for entry, _limit in _ratio_limits()}
+                              for entry in RATIO_LIMITS}
     return GateCriteria(
         min_samples=args.gate_min_samples,
         max_excess_divergence=args.gate_max_excess_divergence,
@@ -70,13 +76,11 @@ def gate_criteria(args: argparse.Namespace) -> GateCriteria:
     )
 
 
-def _ratio_limits() -> list[tuple[RatioLimit, float]]:
+def _ratio_limits(defaults: GateCriteria) -> list[tuple[RatioLimit, float]]:
     """Every latency ratio limit (`criteria.RATIO_LIMITS` names them) with its default;
     0 where the default criteria leave it off (unstreamed E2E p99), so it can be asked for."""
     from proxy.compare.criteria import RATIO_LIMITS
-    from proxy.compare.gate import GateCriteria
 
-    defaults = GateCriteria()
     return [(entry, float(getattr(defaults, entry.field) or 0)) for entry in RATIO_LIMITS]
 
 

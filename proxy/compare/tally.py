@@ -127,7 +127,7 @@ class GateInputs:
     def from_records(cls, records: Iterable[ExchangeRecord]) -> GateInputs:
         """Aggregate stored or in-memory exchange records."""
         comparisons: list[Comparison] = []
-        captures: dict[str, tuple[list[Capture], list[Capture], list[Capture]]] = {}
+        counted: list[tuple[ExchangeRecord, Capture]] = []
         requests: dict[str, int] = {}
         errors: dict[str, int] = {}
         has_baseline = False
@@ -137,15 +137,14 @@ class GateInputs:
                 if cap.cancelled:
                     continue
                 has_baseline = has_baseline or cap.role == "baseline"
-                captures.setdefault(cap.role, ([], [], []))[
-                    LATENCY_KINDS.index(latency_kind(record, cap))].append(cap)
+                counted.append((record, cap))
                 requests[cap.role] = requests.get(cap.role, 0) + 1
                 failed = cap.error is not None or cap.status is None or cap.status >= 400
                 errors[cap.role] = errors.get(cap.role, 0) + failed
         return cls(
             new_vs_old=MatchCounts.of(comparisons, "shadow"),
             baseline_vs_old=MatchCounts.of(comparisons, "baseline") if has_baseline else None,
-            latency={role: LatencySamples.from_captures(*caps) for role, caps in captures.items()},
+            latency=latency_by_role(counted),
             requests=requests,
             errors=errors,
         )
@@ -167,3 +166,13 @@ def latency_kind(record: ExchangeRecord, cap: Capture) -> LatencyKind:
     if cap.role == "baseline" and not record.extra.get("baseline_streamed", True):
         return "neither"
     return "streamed"
+
+
+def latency_by_role(captures: Iterable[tuple[ExchangeRecord, Capture]]
+                    ) -> dict[str, LatencySamples]:
+    """Per-role latency samples, each capture in its `latency_kind` (never pooled)."""
+    by_role: dict[str, tuple[list[Capture], list[Capture], list[Capture]]] = {}
+    for record, cap in captures:
+        by_role.setdefault(cap.role, ([], [], []))[
+            LATENCY_KINDS.index(latency_kind(record, cap))].append(cap)
+    return {role: LatencySamples.from_captures(*caps) for role, caps in by_role.items()}

@@ -25,7 +25,7 @@ from proxy.compare.stats import (
     ratio,
     wilson_interval,
 )
-from proxy.compare.tally import LATENCY_KINDS, AdmissionCounts, latency_kind
+from proxy.compare.tally import AdmissionCounts, latency_by_role
 from proxy.compare.types import Capture, Comparison, ExchangeRecord
 from proxy.cutover.control import EvidenceWindow
 
@@ -233,12 +233,7 @@ def _latency_rows(old: LatencySamples, new: LatencySamples) -> tuple[LatencyRow,
 def latency_samples(records: Iterable[ExchangeRecord]) -> dict[str, LatencySamples]:
     """Per-role latency samples: TTFT/ITL/TPOT/E2E of streamed answers, E2E and E2E per
     token of unstreamed ones (never pooled)."""
-    by_role: dict[str, tuple[list[Capture], list[Capture], list[Capture]]] = {}
-    for record in records:
-        for cap in record.captures:
-            by_role.setdefault(cap.role, ([], [], []))[
-                LATENCY_KINDS.index(latency_kind(record, cap))].append(cap)
-    return {role: LatencySamples.from_captures(*caps) for role, caps in by_role.items()}
+    return latency_by_role((record, cap) for record in records for cap in record.captures)
 
 
 def build_report(
