@@ -216,7 +216,8 @@ def _tokenize(body: bytes) -> dict:
 
 def _dechunk(data: bytes) -> tuple[bytes, int]:
     """Decode a complete chunked body; (-1) as consumed when more bytes are needed."""
-    out, pos = [], 0
+    out: list[bytes] = []
+    pos = 0
     while True:
         eol = data.find(b"\r\n", pos)
         if eol < 0:

@@ -96,7 +96,7 @@ def summary(result: LoadResult) -> dict[str, object]:
 
 
 @contextlib.contextmanager
-def servers_for(cfg: BenchConfig, layout: Layout, tmp: Path, ttft_ms: float, itl_ms: float):  # type: ignore[no-untyped-def]
+def servers_for(cfg: BenchConfig, layout: Layout, tmp: Path, ttft_ms: float, itl_ms: float):
     """Backends (primary; shadow and baseline when the proxy is measured) and every relay of
     cfg.paths in front of the primary; yields {path: Server}, "direct" being the primary."""
     with contextlib.ExitStack() as stack:

@@ -37,40 +37,51 @@ class Look:
     new_errors: Array
     old_errors: Array
     sign_sum: Array  # sum of sign(new length - old length) over pairs in arrival order
-    # order statistic of (metric, role) at a rank: the caller's lookup
-    bounds: dict[tuple[str, float, str], tuple[Array, Array]]  # lower, upper (NaN: none)
+    # (metric, quantile, role, side) -> lower, upper (NaN: none); side "pass" / "fail"
+    bounds: dict[tuple[str, float, str, str], tuple[Array, Array]]
     points: dict[tuple[str, float, str], Array]  # numpy-interpolated percentile
     mann_whitney: dict[str, tuple[Array, Array]]  # p (new greater / two-sided), effect
 
 
-def new_rank_needs(criteria: GateCriteria, size: int) -> dict[float, tuple[NDArray[np.int64],
-                                                                            NDArray[np.int64]]]:
-    side = criteria.check_alpha() / 2
-    return {q: quantile_rank_table(size, q, side) for q in (0.5, 0.99)}
+def new_rank_needs(criteria: GateCriteria, size: int) -> dict[tuple[float, str], tuple[
+        NDArray[np.int64], NDArray[np.int64]]]:
+    """Rank tables per (quantile, side): "pass" at pass_alpha / 2, "fail" at fail_alpha / 2
+    (`latency_checks._ratio_check`: each side's alpha halved between old's and new's bound)."""
+    sides = {"pass": criteria.pass_alpha() / 2, "fail": criteria.fail_alpha() / 2}
+    return {(q, side): quantile_rank_table(size, q, alpha)
+            for q in (0.5, 0.99) for side, alpha in sides.items()}
+
+
+def _rate_bounds(rows: Array, n: int, alpha: float) -> tuple[Array, Array]:
+    return mean_bounds_array(rows, float(n), alpha, steps=30)
 
 
 def new_gate(look: Look, c: GateCriteria) -> NDArray[np.int64]:
-    """The anytime-valid gate's verdict (streamed traffic, a baseline, lengths known)."""
-    n, side = look.n, c.check_alpha() / 2
-    rows = np.stack([look.new_matched, look.base_matched, look.new_errors, look.old_errors,
-                     (look.sign_sum + n) / 2])
-    low = np.empty_like(rows)
-    high = np.empty_like(rows)
-    low[:4], high[:4] = mean_bounds_array(rows[:4], float(n), side, steps=30)
-    low[4], high[4] = mean_bounds_array(rows[4], float(n), 2 * side, steps=30)
+    """The anytime-valid gate's verdict (streamed traffic, a baseline, lengths known): pass
+    sides at `pass_alpha` (an intersection-union test), fail sides at `fail_alpha`."""
+    n = look.n
+    pass_alpha, fail_alpha = c.pass_alpha(), c.fail_alpha()
+    rates = np.stack([look.new_matched, look.base_matched, look.new_errors, look.old_errors])
+    p_low, p_high = _rate_bounds(rates, n, pass_alpha / 2)
+    f_low, f_high = _rate_bounds(rates, n, fail_alpha / 2)
     m = c.max_excess_divergence
-    checks = [status(low[0] >= high[1] - m, high[0] < low[1] - m),
-              status(high[2] <= low[3] + c.max_error_rate_excess,
-                     low[2] > high[3] + c.max_error_rate_excess)]
+    checks = [status(p_low[0] >= p_high[1] - m, f_high[0] < f_low[1] - m),
+              status(p_high[2] <= p_low[3] + c.max_error_rate_excess,
+                     f_low[2] > f_high[3] + c.max_error_rate_excess)]
     shift = c.max_length_shift
     assert shift is not None
-    s_low, s_high = 2 * low[4] - 1, 2 * high[4] - 1
-    checks.append(status((s_low >= -shift) & (s_high <= shift), (s_low > shift) | (s_high < -shift)))
+    signs = (look.sign_sum + n) / 2
+    s_low, s_high = (2 * b - 1 for b in _rate_bounds(signs, n, pass_alpha))
+    sf_low, sf_high = (2 * b - 1 for b in _rate_bounds(signs, n, fail_alpha))
+    checks.append(status((s_low >= -shift) & (s_high <= shift),
+                         (sf_low > shift) | (sf_high < -shift)))
     for metric, q, field in LATENCY:
         limit = getattr(c, field)
         floor = c.token_latency_floor_s if metric == "tpot" else c.latency_floor_s
-        o_low, o_high = look.bounds[(metric, q, "old")]
-        n_low, n_high = look.bounds[(metric, q, "new")]
+        o_low = look.bounds[(metric, q, "old", "pass")][0]
+        o_high = look.bounds[(metric, q, "old", "fail")][1]
+        n_low = look.bounds[(metric, q, "new", "fail")][0]
+        n_high = look.bounds[(metric, q, "new", "pass")][1]
         with np.errstate(invalid="ignore"):
             passed = n_high <= np.maximum(limit * o_low, o_low + floor)
             failed = n_low > np.maximum(limit * o_high, o_high + floor)

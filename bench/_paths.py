@@ -138,6 +138,6 @@ def bare_relay(layout: Layout, port: int, upstream: str) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def _started(argv: list[str], port: int, name: str, layout: Layout, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
+def _started(argv: list[str], port: int, name: str, layout: Layout, timeout_s: float = 30.0):
     with started(argv, port, f"{name}-{port}", layout.log_dir, timeout_s, cwd=REPO_ROOT) as proc:
         yield proc

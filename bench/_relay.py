@@ -42,7 +42,7 @@ def make_app(upstream: str) -> web.Application:
     app = web.Application()
     app[_UPSTREAM] = upstream.rstrip("/")
 
-    async def session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
+    async def session_ctx(app: web.Application):
         app[_SESSION] = ClientSession(connector=TCPConnector(limit=0), auto_decompress=False)
         yield
         await app[_SESSION].close()

@@ -17,11 +17,13 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from _paths import Layout, backend
 from _procs import free_port
 from multidict import CIMultiDict
 
+from proxy.compare.request import PreparedRequest
 from proxy.mirror.config import ProxyConfig, RouteConfig, StoreConfig
 from proxy.mirror.exchange import unstreamed
 from proxy.mirror.shadow import mirror_headers
@@ -103,7 +105,7 @@ async def handover(primary: Stream, requests: int, runs: int) -> Cpu:
     async def one(xid: int) -> None:
         waiting[xid] = loop.create_future()
         relay_end.send(Start(xid, 1, "http://p", "http://s", "http://b", PATH,
-                             list(CLIENT_HEADERS), b"{}", "completions", time.time(),
+                             list(CLIENT_HEADERS), {}, "completions", time.time(),
                              time.perf_counter()))
         payloads: list[bytes] = []
         times: list[float] = []
@@ -121,11 +123,12 @@ async def handover(primary: Stream, requests: int, runs: int) -> Cpu:
         worker_end.close()
 
 
-async def reads(urls: dict[str, str], shadow_body: bytes, requests: int, runs: int) -> Cpu:
+async def reads(urls: dict[str, str], prepared: PreparedRequest, requests: int,
+                runs: int) -> Cpu:
     """The worker's client reading the shadow's stream and the baseline's body, no parsing."""
     pools = {role: Http1Pool(urls[role], fail_fast=True) for role in ("shadow", "baseline")}
     headers = mirror_headers(CIMultiDict(CLIENT_HEADERS))
-    bodies = {"shadow": shadow_body, "baseline": unstreamed(shadow_body)}
+    bodies = {"shadow": prepared.shadow_body, "baseline": unstreamed(prepared)}
 
     def feed_for(conn: Http1Connection) -> Feed:
         return lambda payload, t: None
@@ -141,7 +144,7 @@ async def reads(urls: dict[str, str], shadow_body: bytes, requests: int, runs: i
             await pool.close()
 
 
-async def whole_worker(urls: dict[str, str], client_body: bytes, primary: Stream,
+async def whole_worker(urls: dict[str, str], client_body: dict[str, Any], primary: Stream,
                        requests: int, runs: int, tmp: Path) -> Cpu:
     """CaptureWorker.handle with the relay's start and end messages, as over the channel."""
     from proxy.mirror.worker.process import CaptureWorker  # loads scipy: only here

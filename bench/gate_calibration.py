@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -72,11 +73,15 @@ def cells() -> list[Cell]:
     out = [Cell("clean, sigma 0.15", False), Cell("clean, sigma 0.5", False, sigma=0.5)]
     for gap, at in ((0.02, False), (0.05, True), (0.08, True)):
         out.append(Cell(f"match gap {gap:.2f} (limit 0.05)", at, new_match=0.98 - gap))
-    for ratio, at in ((1.05, False), (1.10, True), (1.25, True)):
+    for ratio, at in ((0.95, False), (1.03, False), (1.05, False), (1.08, False),
+                      (1.10, True), (1.25, True)):
         out.append(Cell(f"TTFT body x{ratio:.2f} (p50 limit 1.10)", at, sigma=0.5,
                         ttft={"scale": ratio}))
-    limit = GateCriteria().max_ttft_p99_ratio or 1.5
-    for sigma, ratio, at in ((0.5, 1.25, False), (0.5, limit, True), (0.5, 2.0, True),
+    for ratio, at in ((1.05, False), (1.10, True)):
+        out.append(Cell(f"TPOT body x{ratio:.2f} (p50 limit 1.10)", at, sigma=0.5,
+                        tpot={"scale": ratio}))
+    limit = GateCriteria().max_ttft_p99_ratio or 1.25
+    for sigma, ratio, at in ((0.5, 1.15, False), (0.5, limit, True), (0.5, 2.0, True),
                              (0.15, limit, True)):
         out.append(Cell(f"TTFT p99 tail x{ratio:.2f}, sigma {sigma} (limit {limit:g})", at,
                         sigma=sigma, ttft={"tail_share": 0.03,
@@ -157,13 +162,15 @@ def simulate(cell: Cell, runs: int, looks: int, failure_limit: int, seed: int,
     return results["new"], results["today"], mismatches
 
 
-def _add_arrivals(series, trees, order, flat, u_stat, lo, n, runs, size,  # type: ignore[no-untyped-def]
+def _add_arrivals(series, trees, order, flat, u_stat, lo, n, runs, size,
                   mw: bool) -> None:
     """Insert arrivals lo..n of every series; update Mann-Whitney U (new > old pairs):
     old's arrivals against new's earlier ones, then new's against old's, this look's too."""
     offsets = np.arange(runs)[:, None] * size
     metrics = ("ttft", "tpot", "lengths") if mw else ("ttft", "tpot")
-    for first, other, side in (("old", "new", "right"), ("new", "old", "left")):
+    sides: tuple[tuple[str, str, Literal["left", "right"]], ...] = (
+        ("old", "new", "right"), ("new", "old", "left"))
+    for first, other, side in sides:
         if not mw:
             firsts = np.array([order.index((m, first)) for m in metrics])
             for j in range(lo, n):
@@ -188,32 +195,38 @@ def _add_arrivals(series, trees, order, flat, u_stat, lo, n, runs, size,  # type
             trees.insert(firsts, np.stack([series[(m, first)].arrival[:, j] for m in metrics]))
 
 
-def _look(series, trees, order, needs, u_stat, n, new_match, base_match, new_err, old_err,  # type: ignore[no-untyped-def]
+def _look(series, trees, order, needs, u_stat, n, new_match, base_match, new_err, old_err,
           signs, today: bool) -> Look:
-    queries: list[tuple[tuple[str, float, str], str, int]] = []
+    queries: list[tuple[tuple[str, float, str, str], str, int]] = []
     bounds, points = {}, {}
     for metric, q, _field in LATENCY:
-        low_count, high_count = int(needs[q][0][n]), int(needs[q][1][n])
         pos = (n - 1) * q
         floor = math.floor(pos)
         for role in ("old", "new"):
-            key = (metric, q, role)
-            queries += [(key, "low", low_count), (key, "high", high_count + 1)]
+            for side in ("pass", "fail"):
+                low_count, high_count = (int(needs[(q, side)][0][n]),
+                                         int(needs[(q, side)][1][n]))
+                key = (metric, q, role, side)
+                queries += [(key, "low", low_count), (key, "high", high_count + 1)]
             if today:  # the rule before: numpy-interpolated percentiles
+                key = (metric, q, role, "point")
                 queries += [(key, "p0", floor + 1), (key, "p1", min(floor + 2, n))]
     rows = np.array([order.index((k[0], k[2])) for k, _w, _c in queries])
     ks = np.array([[c if 1 <= c <= n else 0] for _k, _w, c in queries])
     ranks = trees.kth(rows, np.broadcast_to(ks, (len(queries), len(trees.runs))))
-    got: dict[tuple[tuple[str, float, str], str], np.ndarray] = {}
+    got: dict[tuple[tuple[str, float, str, str], str], np.ndarray] = {}
     for i, (key, what, _c) in enumerate(queries):
         got[(key, what)] = value_at(series[(key[0], key[2])], ranks[i])
     for metric, q, _field in LATENCY:
         frac = (n - 1) * q - math.floor((n - 1) * q)
         for role in ("old", "new"):
-            key = (metric, q, role)
-            bounds[key] = (got[(key, "low")], got[(key, "high")])
+            for side in ("pass", "fail"):
+                key = (metric, q, role, side)
+                bounds[key] = (got[(key, "low")], got[(key, "high")])
             if today:
-                points[key] = got[(key, "p0")] + (got[(key, "p1")] - got[(key, "p0")]) * frac
+                key = (metric, q, role, "point")
+                points[(metric, q, role)] = got[(key, "p0")] + (got[(key, "p1")]
+                                                                - got[(key, "p0")]) * frac
     mw = {} if not today else {"ttft": mann_whitney_p(u_stat["ttft"], n, False),
           "tpot": mann_whitney_p(u_stat["tpot"], n, False),
           "lengths": mann_whitney_p(u_stat["lengths"], n, True)}
@@ -222,7 +235,7 @@ def _look(series, trees, order, needs, u_stat, n, new_match, base_match, new_err
                 signs[:, n - 1].astype(float), bounds, points, mw)
 
 
-def _cross_check(series, outcome, new_match, base_match, new_err, old_err, last,  # type: ignore[no-untyped-def]
+def _cross_check(series, outcome, new_match, base_match, new_err, old_err, last,
                  check_runs, criteria) -> int:
     """`gate.evaluate` over real GateInputs at each checked run's deciding (or last) look."""
     mismatches = 0

@@ -25,7 +25,7 @@ from proxy.mirror.worker.messages import Chunks, Done, End, Start, from_wire, to
 
 HEADERS = [("Host", "old:8000"), ("Content-Type", "application/json"),
            ("Authorization", "Bearer x" * 4), ("User-Agent", "python-httpx/0.27")]
-BODY = b'{"model":"m","prompt":"' + b"x" * 560 + b'","stream":true}'
+BODY = {"model": "m", "prompt": "x" * 560, "stream": True}
 PIECE = b'data: {"id":"cmpl-1","choices":[{"index":0,"text":" tok"}]}\n\n' + b" " * 140
 
 

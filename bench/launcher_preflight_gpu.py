@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from proxy.launcher import nvfp4, preflight, probes, selftest
 
-SCENARIOS = {
+SCENARIOS: dict[str, dict[str, Any]] = {
     "migrate_marlin": {"vllm_version": "0.32.0", "linear_backend": "marlin", "moe_backend": None},
     "auto": {"vllm_version": "0.32.0", "linear_backend": None, "moe_backend": None},
     "flashinfer_cutedsl": {

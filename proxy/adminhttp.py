@@ -4,8 +4,8 @@ read with a depth limit, and a middleware that makes every HTTP error a JSON one
 Both admin apps (the proxy's, `proxy.mirror.admin.api`, and the cutover's endpoints on it,
 `proxy.cutover.admin`) import these public names; neither imports the other's helpers.
 Bad input is a 4xx with a JSON body, never a 500: header bytes that are not UTF-8, JSON
-nested deeper than `MAX_JSON_DEPTH`, a wrong method (405 with `Allow`). An error never
-quotes a token back, and every answer has URL credentials redacted.
+nested deeper than `proxy.jsontext.MAX_JSON_DEPTH`, a wrong method (405 with `Allow`). An
+error never quotes a token back, and every answer has URL credentials redacted.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 from aiohttp import web
 
 from proxy.credentials import redact_json
+from proxy.jsontext import parse_json
 
 log = logging.getLogger(__name__)
 
 ERROR_TYPE = "vllm_cutover_admin_error"
-MAX_JSON_DEPTH = 32  # no admin body needs more than a few levels
 
 Authorize = Callable[[web.Request], "web.Response | None"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -62,37 +62,10 @@ def authorize(request: web.Request, token: str | None) -> web.Response | None:
     return None
 
 
-def parse_json(raw: bytes | str) -> Any:
-    """JSON text as values; ValueError (never quoting the text, which may hold a token)
-    for what is not JSON or is nested deeper than MAX_JSON_DEPTH."""
-    try:
-        value = json.loads(raw)
-    except RecursionError:
-        raise ValueError(f"body is JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
-    except ValueError as exc:
-        raise ValueError(f"body must be JSON ({exc})") from None
-    if _depth(value) > MAX_JSON_DEPTH:
-        raise ValueError(f"body is JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    return value
-
-
 async def read_json(request: web.Request) -> Any:
     """The request's JSON body (None when empty); ValueError as `parse_json`."""
     raw = await request.read()
     return None if not raw.strip() else parse_json(raw)
-
-
-def _depth(value: Any) -> int:
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, level)
-            if level > MAX_JSON_DEPTH:
-                break
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, level + 1) for child in children)
-    return deepest
 
 
 @web.middleware

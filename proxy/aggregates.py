@@ -18,6 +18,7 @@ from typing import Any
 
 from proxy.compare.gate import AdmissionCounts, GateInputs, MatchCounts
 from proxy.compare.stats import METRICS, LatencySamples
+from proxy.compare.tally import LATENCY_WINDOW, LatencyRow, Pairs, latency_inputs
 from proxy.cutover.control import EvidenceWindow
 
 __all__ = ["VERSION_ROLES", "PairCounts", "RoleCounts", "StoreAggregates", "aggregate_rows",
@@ -60,18 +61,22 @@ class StoreAggregates:
     latency: dict[str, LatencySamples]
     roles: dict[str, RoleCounts]
     admission: AdmissionCounts | None = None  # None: a store from before it was counted
+    pairs: dict[str, Pairs] = field(default_factory=dict)
 
     def gate_inputs(self) -> GateInputs:
-        """What `proxy.compare.gate.evaluate` judges (cancelled requests left out)."""
+        """What `proxy.compare.gate.evaluate` judges (cancelled requests left out): the
+        same as `GateInputs.from_records` over the same records."""
         baseline = self.baseline
         return GateInputs(
-            new_vs_old=MatchCounts(self.shadow.compared, self.shadow.diverged),
-            baseline_vs_old=MatchCounts(baseline.compared, baseline.diverged)
+            new_vs_old=MatchCounts(self.shadow.compared, self.shadow.diverged,
+                                   self.shadow.close),
+            baseline_vs_old=MatchCounts(baseline.compared, baseline.diverged, baseline.close)
             if baseline is not None else None,
             latency=self.latency,
             requests={r: c.requests - c.cancelled for r, c in self.roles.items()},
             errors={r: c.errors for r, c in self.roles.items()},
             admission=self.admission,
+            pairs=self.pairs,
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -93,8 +98,8 @@ class StoreAggregates:
 
 def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
                    first_divergences: Sequence[tuple[str, int]],
-                   captures: Sequence[tuple[Any, ...]], latency: Sequence[tuple[Any, ...]],
-                   max_itl_samples: int = 20_000) -> StoreAggregates:
+                   captures: Sequence[tuple[Any, ...]],
+                   latency: Sequence[tuple[Any, ...]]) -> StoreAggregates:
     """Fold the grouped rows of `SqliteStore.aggregates` into `StoreAggregates`."""
     pairs: dict[str, dict[str, Any]] = {}
     for against, outcome, det, close, count in comparisons:
@@ -128,43 +133,18 @@ def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
             r["errors"] += count
         if finish is not None:
             r["finish_reasons"][finish] = r["finish_reasons"].get(finish, 0) + count
-    samples: dict[str, dict[str, list[float]]] = {}
-    itl_left = max_itl_samples
-    for role, ttft, e2e, tokens, itl_blob, streamed in reversed(latency):
-        of_role = samples.get(role)
-        if of_role is None:
-            of_role = samples[role] = {name: [] for name in METRICS}
-        if not streamed:  # E2E and E2E per completion token; never pooled with streams
-            of_role["e2e_unstreamed"].append(e2e)
-            if tokens is not None and tokens >= 1:
-                of_role["tpot_unstreamed"].append(e2e / tokens)
-            continue
-        of_role["e2e"].append(e2e)
-        if ttft is None:
-            continue
-        of_role["ttft"].append(ttft)
-        if tokens is not None and tokens > 1:
-            of_role["tpot"].append((e2e - ttft) / (tokens - 1))
-        if itl_blob and itl_left > 0:
-            gaps = array("f")
-            gaps.frombytes(itl_blob)
-            of_role["itl"].extend(gaps[:itl_left])
-            itl_left -= len(gaps)
+    latency_samples, timed_pairs = latency_inputs(
+        LatencyRow(int(exchange), role, kind, ttft, e2e, tokens,
+                   array("f", itl_blob or b"").tolist())
+        for exchange, role, kind, ttft, e2e, tokens, itl_blob in latency)
     return StoreAggregates(
         records=records,
         shadow=made.get("shadow", PairCounts()),
         baseline=made.get("baseline"),
-        latency={r: _latency(v) for r, v in samples.items()},
+        latency=latency_samples,
         roles={r: RoleCounts(**v) for r, v in roles.items()},
+        pairs=timed_pairs,
     )
-
-
-def _latency(of_role: dict[str, list[float]]) -> LatencySamples:
-    return LatencySamples(
-        ttft_s=tuple(of_role["ttft"]), itl_s=tuple(of_role["itl"]),
-        tpot_s=tuple(of_role["tpot"]), e2e_s=tuple(of_role["e2e"]),
-        e2e_unstreamed_s=tuple(of_role["e2e_unstreamed"]),
-        tpot_unstreamed_s=tuple(of_role["tpot_unstreamed"]))
 
 
 # `w`: the records in scope with `promoted` (1: the new version was primary) and
@@ -188,6 +168,10 @@ _WINDOW = "WITH w AS (SELECT * FROM temp.window_scope)"
 _VERSION = ("CASE WHEN c.role = 'baseline' THEN 'baseline'"
             " WHEN (c.role = 'primary') != w.promoted THEN 'primary' ELSE 'shadow' END")
 _COUNTED = "(c.role != 'baseline' OR w.noise)"
+# tally.latency_kind: "neither" is the baseline asked unstreamed for a streamed request.
+_KIND = ("CASE WHEN NOT w.stream THEN 'unstreamed' WHEN c.role = 'baseline' AND NOT"
+         " COALESCE(json_extract(w.extra, '$.baseline_streamed'), 1) THEN 'neither'"
+         " ELSE 'streamed' END")
 
 
 def _scope(db: sqlite3.Connection, window: EvidenceWindow | None) -> str:
@@ -203,7 +187,7 @@ def _scope(db: sqlite3.Connection, window: EvidenceWindow | None) -> str:
 
 
 def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = None,
-                     latency_window: int = 5000) -> StoreAggregates:
+                     latency_window: int = LATENCY_WINDOW) -> StoreAggregates:
     """Counts over the records in scope (all, or `window`'s); latency samples from the
     newest `latency_window` of them."""
     scope = _scope(db, window)
@@ -222,18 +206,15 @@ def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = Non
         " (c.error IS NOT NULL OR c.status IS NULL OR c.status >= 400), c.finish_reason,"
         f" COUNT(*) FROM capture c JOIN w ON w.id = c.exchange_id WHERE {_COUNTED}"
         " GROUP BY 1, 2, 3, 4", params).fetchall()
-    # Per-token timing only exists for streamed answers (unstreamed: TTFT == E2E); the
-    # unstreamed ones give E2E and E2E per completion token instead (from the same columns,
-    # so databases written before these samples existed give them too).
+    # The complete captures of the newest `latency_window` records as `tally.LatencyRow`s
+    # (the fold is shared with `GateInputs.from_records`), each with its latency kind.
     latency = db.execute(
-        f"{scope} SELECT {_VERSION}, c.ttft_s, c.e2e_s, c.output_tokens, c.itl_s, w.stream"
-        " FROM capture c JOIN w ON w.id = c.exchange_id"
+        f"{scope} SELECT c.exchange_id, {_VERSION}, {_KIND}, c.ttft_s, c.e2e_s,"
+        " c.output_tokens, c.itl_s FROM capture c JOIN w ON w.id = c.exchange_id"
         " WHERE c.exchange_id >= (SELECT MIN(id) FROM"
         " (SELECT id FROM w ORDER BY id DESC LIMIT :latency_window))"
         f" AND {_COUNTED} AND c.error IS NULL AND c.cancelled = 0 AND c.e2e_s IS NOT NULL"
-        # tally.latency_kind's "neither": the baseline asked unstreamed for a stream.
-        " AND NOT (c.role = 'baseline' AND w.stream AND"
-        " NOT COALESCE(json_extract(w.extra, '$.baseline_streamed'), 1))"
+        " AND c.status IS NOT NULL AND c.status < 400"
         " ORDER BY c.exchange_id", params).fetchall()
     records = db.execute(f"{scope} SELECT COUNT(*) FROM w", params).fetchone()[0]
     return aggregate_rows(int(records), comparisons, first_divergences, captures, latency)

@@ -88,8 +88,8 @@ class ProxyMetrics:
             f"{ns}_token_id_source", "Where compared token ids came from", ("source",),
             registry=registry)
         self.records_dropped = Counter(
-            f"{ns}_records_dropped", "Records not stored (store queue full or failing)",
-            registry=registry)
+            f"{ns}_records_dropped", "Records (or admission-count rows) not stored, by reason "
+            "(queue_full, write_failed, admission_failed)", ("reason",), registry=registry)
         self.verdict = Gauge(
             f"{ns}_verdict", "Current gate verdict (1 on the current one)", ("verdict",),
             registry=registry)
@@ -150,6 +150,10 @@ class ProxyMetrics:
             if comparison.first_divergence is not None:
                 self.first_divergence.labels(comparison.against).observe(
                     comparison.first_divergence)
+
+    def drop_records(self, reason: str, n: int) -> None:
+        """`RecordStore`'s on_drop: `n` records (or count rows) not stored for `reason`."""
+        self.records_dropped.labels(reason).inc(n)
 
     def set_verdict(self, verdict: str) -> None:
         for name in VERDICTS:

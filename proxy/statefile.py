@@ -25,7 +25,7 @@ from typing import Any
 from proxy.atomic import write_text_atomic
 from proxy.credentials import redact
 
-SECTIONS = ("routes", "cutover")
+SECTIONS = ("routes", "cutover", "tune")
 
 
 class StateFileError(RuntimeError):

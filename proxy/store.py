@@ -15,11 +15,12 @@ import asyncio
 import json
 import logging
 import sqlite3
+import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from proxy.aggregates import (
     PairCounts,
@@ -30,7 +31,7 @@ from proxy.aggregates import (
 )
 from proxy.compare.gate import AdmissionCounts
 from proxy.compare.stats import LatencySamples
-from proxy.compare.tally import AdmissionRow
+from proxy.compare.tally import LATENCY_WINDOW, AdmissionRow
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
 from proxy.cutover.control import EvidenceWindow
 from proxy.record_hash import META_TABLE, RecordHasher
@@ -248,7 +249,7 @@ class SqliteStore:
         return ExchangeRecord(request_id=request_id, started_unix=started, meta=meta,
                               captures=tuple(captures), comparisons=comparisons, extra=extra)
 
-    def aggregates(self, latency_window: int = 5000,
+    def aggregates(self, latency_window: int = LATENCY_WINDOW,
                    window: EvidenceWindow | None = None) -> StoreAggregates:
         """Counts over all kept rows, or over the cutover evidence `window` (labelled by
         version: see `proxy.aggregates`); latency samples from the newest
@@ -261,14 +262,14 @@ class SqliteStore:
         return window_members(self._db, window)
 
 
-def _log_failure(done: asyncio.Future[None]) -> None:
-    if not done.cancelled() and done.exception() is not None:
-        log.error("could not store admission counts: %s", done.exception())
-
-
 def records_page(store: SqliteStore, after_id: int, limit: int) -> list[dict[str, Any]]:
     """One page of records as JSON-ready dicts (run on the store's thread)."""
     return [asdict(r) for r in store.records(after_id=after_id, limit=limit)]
+
+
+# Why a record (or admission-count rows) was not stored: the writer's queue was full, the
+# database refused the write (a full disk, a lost file), admission counts not written.
+DropReason = Literal["queue_full", "write_failed", "admission_failed"]
 
 
 class RecordStore:
@@ -278,7 +279,8 @@ class RecordStore:
     """
 
     def __init__(self, store: SqliteStore, queue_size: int = 10_000,
-                 on_drop: Callable[[], None] | None = None, linger_s: float = 0.25) -> None:
+                 on_drop: Callable[[DropReason, int], None] | None = None,
+                 linger_s: float = 0.25, warn_every_s: float = 60.0) -> None:
         self.sync = store
         self.linger_s = linger_s
         self._queue: asyncio.Queue[ExchangeRecord | None] = asyncio.Queue(queue_size)
@@ -286,6 +288,30 @@ class RecordStore:
         self._on_drop = on_drop
         self._writer: asyncio.Task[None] | None = None
         self.written = 0  # records written so far (lets readers skip work when unchanged)
+        # Records (and admission-count rows) not stored, by reason; what /admin/stats shows.
+        self.dropped: dict[DropReason, int] = {}
+        self._warn_every_s = warn_every_s
+        self._warned_at: float | None = None
+        self._unwarned: dict[DropReason, int] = {}
+
+    def _drop(self, reason: DropReason, n: int, error: BaseException | None = None) -> None:
+        """Count `n` lost to `reason`; one warning a minute at most says how many and why
+        (a full disk fails every batch: one line each would bury the log)."""
+        self.dropped[reason] = self.dropped.get(reason, 0) + n
+        self._unwarned[reason] = self._unwarned.get(reason, 0) + n
+        if self._on_drop:
+            self._on_drop(reason, n)
+        now = time.monotonic()
+        if self._warned_at is not None and now - self._warned_at < self._warn_every_s:
+            return
+        since = ", ".join(f"{k} {v}" for k, v in sorted(self._unwarned.items()))
+        total = ", ".join(f"{k} {v}" for k, v in sorted(self.dropped.items()))
+        why = f" ({type(error).__name__}: {error})" if error is not None else ""
+        log.warning("records not stored%s: %s since the last warning (%s in all); the gate "
+                    "judges only what was stored; next warning in %g s at the earliest",
+                    why, since, total, self._warn_every_s)
+        self._warned_at = now
+        self._unwarned = {}
 
     def start(self) -> None:
         self._writer = start_task(self._run(), "store-writer")
@@ -296,8 +322,7 @@ class RecordStore:
             self._queue.put_nowait(record)
             return True
         except asyncio.QueueFull:
-            if self._on_drop:
-                self._on_drop()
+            self._drop("queue_full", 1)
             return False
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -313,7 +338,12 @@ class RecordStore:
         except RuntimeError:  # closed: the counts of the last moments are lost, not the proxy
             log.error("store closed: %d admission count(s) not written", len(rows))
             return
-        done.add_done_callback(_log_failure)
+
+        def written(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and (error := done.exception()) is not None:
+                self._drop("admission_failed", len(rows), error)
+
+        done.add_done_callback(written)
 
     async def _run(self) -> None:
         stopping = False
@@ -335,11 +365,8 @@ class RecordStore:
                 try:
                     await self.call(SqliteStore.write, batch)
                     self.written += len(batch)
-                except sqlite3.Error:
-                    log.exception("could not store %d record(s)", len(batch))
-                    if self._on_drop:
-                        for _ in batch:
-                            self._on_drop()
+                except (sqlite3.Error, OSError) as exc:  # a full disk, a lost file
+                    self._drop("write_failed", len(batch), exc)
             else:
                 done = 1
             for _ in range(done):

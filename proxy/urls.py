@@ -4,7 +4,8 @@ Below every package that names backends (the mirror's routes, the cutover's spec
 reports), so none of them reaches into another for it. `same_backend` compares what
 reaches the engine: scheme, the addresses the host resolves to, the port (the scheme's
 default when none is written) and the path; credentials and a trailing slash do not
-count. `role_conflicts` names the setups whose evidence would mean nothing.
+count. `role_conflicts` names the setups whose evidence would mean nothing,
+`self_conflicts` the routes that lead back into the proxy.
 """
 
 from __future__ import annotations
@@ -88,3 +89,40 @@ def role_conflicts(primary: str | None, shadow: str | None, baseline: str | None
         warnings.append(f"the {b} {redact(baseline)!r} is the {p} {redact(primary)!r}: it "
                         "measures noise within one engine, not between two copies of old")
     return errors, warnings
+
+
+def _local_address(address: str) -> bool:
+    """Whether `address` is one of this machine's own (a socket can be bound to it)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+    except OSError:
+        return False
+    return True
+
+
+def reaches_listener(url: str, host: str, port: int) -> bool:
+    """Whether `url` connects to a listener of this machine bound to `host`:`port`
+    (a wildcard host listens on every local address)."""
+    key = backend_key(url)
+    if key.port != port:
+        return False
+    if host in ("", "0.0.0.0", "::"):
+        return any(_local_address(address) for address in key.addresses)
+    return bool(key.addresses & backend_key(f"http://{host}:{port}").addresses)
+
+
+def self_conflicts(routes: dict[str, str | None],
+                   listeners: tuple[tuple[str, int], ...]) -> list[str]:
+    """Errors for each route (field -> URL) that points at one of the proxy's own
+    `listeners` (host, port): a request sent there would be relayed to itself, again."""
+    errors = []
+    for field, url in routes.items():
+        for host, port in listeners:
+            if url and port and reaches_listener(url, host, port):
+                errors.append(f"{field} {redact(url)!r} is this proxy's own listener "
+                              f"({host or '*'}:{port}): each request would be relayed to "
+                              "itself")
+                break
+    return errors

@@ -21,9 +21,9 @@ LAYERS = (
     # foundations: no knowledge of vLLM, traffic or cutovers
     "proxy", "proxy.atomic", "proxy.credentials", "proxy.tasks", "proxy.eventloop",
     "proxy.histograms", "proxy.record_hash", "proxy.statefile", "proxy.terminal", "proxy.urls",
-    "proxy.adminhttp",
+    "proxy.jsontext", "proxy.adminhttp", "proxy.boundedhttp",
     # pure cores: values in, values out
-    "proxy.compare", "proxy.launcher", "proxy.cutover",
+    "proxy.compare", "proxy.launcher", "proxy.cutover", "proxy.tune",
     # what the mirror and the reports share: aggregates, metrics, the record store
     "proxy.aggregates", "proxy.evidence_metrics", "proxy.metrics", "proxy.store",
     # the applications

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,3 +104,53 @@ def test_a_failed_write_leaves_the_section_as_the_file_has_it(
     with pytest.raises(OSError, match="No space"):
         state.put("routes", {"version": 2})
     assert state.get("routes") == {"version": 1}
+
+
+def _cutover_section() -> dict[str, Any]:
+    from proxy.cutover.model import Phase
+    from tests.cutover.states import started
+
+    state = started().moved(Phase.STARTING_NEW, "test", 1_000_001.0, deadline_unix=1_000_900.0)
+    return state.to_json()
+
+
+HUGE = 10**400
+
+
+@pytest.mark.parametrize(("path", "value", "named"), [
+    (("deadline_unix",), HUGE, "cutover.deadline_unix"),
+    (("history", 0, "at_unix"), HUGE, "cutover.history[0].at_unix"),
+    (("samples",), HUGE, "cutover.samples"),
+    (("backup_bytes",), 2**64, "cutover.backup_bytes"),
+    (("gate_failures",), "3", "cutover.gate_failures"),
+    (("spec", "warmup_timeout_s"), HUGE, "warmup_timeout_s"),
+    (("spec", "min_samples"), -HUGE, "min_samples"),
+])
+def test_a_field_of_the_wrong_size_or_type_is_named(path: tuple[Any, ...], value: Any,
+                                                    named: str) -> None:
+    from proxy.cutover.model import CutoverState, StateError
+
+    data = _cutover_section()
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(StateError, match=re.escape(named)):
+        CutoverState.from_json(data)
+
+
+@pytest.mark.parametrize("field", ["deadline_unix", "warmup_timeout_s"])
+def test_a_400_digit_number_in_the_state_file_exits_2_naming_it(tmp_path: Path,
+                                                                field: str) -> None:
+    section = _cutover_section()
+    (section["spec"] if field in section["spec"] else section)[field] = HUGE
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps({"cutover": section}))
+    path.chmod(0o600)
+    argv = [sys.executable, "-m", "proxy", "proxy", "--port", "0", "--admin-port", "0",
+            "--primary", "http://127.0.0.1:9", "--state-file", str(path)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 2, done.stderr
+    assert field in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "401 digits" in done.stderr and str(HUGE) not in done.stderr

@@ -94,7 +94,7 @@ def test_aggregates(tmp_path):
 async def test_async_writer_flushes_and_closes(tmp_path):
     path = str(tmp_path / "r.db")
     drops: list[int] = []
-    store = RecordStore(SqliteStore(path), queue_size=4, on_drop=lambda: drops.append(1))
+    store = RecordStore(SqliteStore(path), queue_size=4, on_drop=lambda reason, n: drops.extend([1] * n))
     store.start()
     accepted = sum(store.put(_record(i)) for i in range(10))  # no await: the queue fills
     assert accepted == 4 and len(drops) == 6

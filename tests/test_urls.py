@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.urls import role_conflicts, same_backend
+from proxy.urls import role_conflicts, same_backend, self_conflicts
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,3 +96,14 @@ def test_the_admin_and_url_modules_import_no_circle() -> None:
                    for d in graph["proxy.adminhttp"])
 
 
+
+
+def test_a_route_to_one_of_the_proxys_own_listeners_is_named() -> None:
+    listeners = (("0.0.0.0", 8080), ("127.0.0.1", 9090))
+    routes = {"primary": "http://127.0.0.1:8080", "shadow": "http://localhost:9090/v1",
+              "baseline": "http://127.0.0.1:8081"}
+    errors = self_conflicts(routes, listeners)
+    assert [e.split(" ", 1)[0] for e in errors] == ["primary", "shadow"], errors
+    # Another machine on the proxy's port, or a listener bound elsewhere, is not the proxy.
+    assert not self_conflicts({"primary": "http://192.0.2.7:8080"}, listeners)
+    assert not self_conflicts({"primary": "http://127.0.0.1:9090"}, (("10.255.255.1", 9090),))

@@ -14,10 +14,11 @@ import sys
 from collections.abc import Sequence
 
 from proxy import __version__
-from proxy.credentials import install_log_redaction
+from proxy.boundedhttp import AnswerOverLimit
+from proxy.credentials import install_log_redaction, redact
 
 # Order is the order shown in --help.
-SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutover", "gate",
+SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutover", "tune", "gate",
                       "eval", "verify")
 
 
@@ -59,4 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except AnswerOverLimit as exc:  # a peer's answer that does not end: no verdict
+        command = " ".join(filter(None, (args.command, getattr(args, "eval_command", None))))
+        print(f"vllm-cutover {command}: no verdict: {redact(str(exc))}", file=sys.stderr)
+        return 3

@@ -35,12 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "the new vLLM container from the old one's configuration, shadow it, "
                     "promote it when the gate passes, keep the old one as the way back.",
         epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--proxy-admin", default="http://127.0.0.1:8001", metavar="URL",
-                        help="the proxy's admin API (default %(default)s)")
-    common.add_argument("--admin-token", metavar="T", help=f"bearer token (or env {TOKEN_ENV})")
-    common.add_argument("--interval", type=float, default=1.0, metavar="S",
-                        help="polling interval of --wait / --watch (default %(default)s)")
+    common = admin_parent()
     sub = parser.add_subparsers(dest="cutover_command", metavar="ACTION", required=True)
     start = sub.add_parser("start", parents=[common], epilog=EXIT_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -62,6 +57,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              help="promote without waiting for the gate to pass")
         cmd.add_argument("--wait", action="store_true", help="follow it until it ends")
     parser.set_defaults(func=_run)
+
+
+def admin_parent() -> argparse.ArgumentParser:
+    """The flags every admin-API client subcommand takes (cutover, tune)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--proxy-admin", default="http://127.0.0.1:8001", metavar="URL",
+                        help="the proxy's admin API (default %(default)s)")
+    common.add_argument("--admin-token", metavar="T", help=f"bearer token (or env {TOKEN_ENV})")
+    common.add_argument("--interval", type=float, default=1.0, metavar="S",
+                        help="polling interval of --wait / --watch (default %(default)s)")
+    return common
 
 
 def _start_arguments(p: argparse.ArgumentParser) -> None:
@@ -184,20 +190,24 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     except KeyboardInterrupt:  # --wait / --watch only stop following; the cutover goes on
         return 130
-    except ValueError as exc:
-        return _fail(str(exc), 2)
-    except AdminUnreachable as exc:
-        return _fail(str(exc), 3)
-    except AdminError as exc:
-        if exc.status == 401:
-            return _fail(f"the admin API refused the token (401): {exc}; pass --admin-token "
-                         f"or set {TOKEN_ENV}", 2)
-        return _fail(f"the proxy answered {exc.status}: {exc}",
-                     2 if exc.status in (400, 404, 422) else 4)
+    except (ValueError, AdminUnreachable, AdminError) as exc:
+        return admin_failure(exc, "cutover")
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"vllm-cutover cutover: {message}", file=sys.stderr)
+def admin_failure(exc: Exception, command: str) -> int:
+    """Print why an admin-API client command failed; its exit code (see EXIT_HELP)."""
+    from proxy.cutover.client import AdminError, AdminUnreachable
+
+    code, message = 2, str(exc)  # ValueError: bad input
+    if isinstance(exc, AdminUnreachable):
+        code = 3
+    elif isinstance(exc, AdminError) and exc.status == 401:
+        message = (f"the admin API refused the token (401): {exc}; pass --admin-token "
+                   f"or set {TOKEN_ENV}")
+    elif isinstance(exc, AdminError):
+        message = f"the proxy answered {exc.status}: {exc}"
+        code = 2 if exc.status in (400, 404, 422) else 4
+    print(f"vllm-cutover {command}: {message}", file=sys.stderr)
     return code
 
 

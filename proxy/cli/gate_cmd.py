@@ -11,10 +11,10 @@ import json
 import math
 import os
 import sys
-import urllib.error
 import urllib.request
 from typing import Any, NoReturn
 
+from proxy import boundedhttp
 from proxy.cli.gate_args import add_gate_arguments, gate_criteria
 from proxy.cli.proxy_cmd import GATE_TOKEN_ENV, TOKEN_ENV
 from proxy.credentials import redact
@@ -73,19 +73,16 @@ def _from_sidecar(args: argparse.Namespace) -> dict[str, Any]:
     request = urllib.request.Request(
         url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(request, timeout=args.timeout) as response:
-            raw = response.read(MAX_ANSWER_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        detail = exc.read(500).decode("utf-8", "replace")
-        raise RuntimeError(f"{url} answered {exc.code}: {detail}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise RuntimeError(f"cannot ask {url}: {exc}") from None
-    if len(raw) > MAX_ANSWER_BYTES:
-        raise RuntimeError(f"{url} answered more than {MAX_ANSWER_BYTES} bytes")
+        status, raw = boundedhttp.get(request, args.timeout, MAX_ANSWER_BYTES)
+    except (boundedhttp.Unreachable, boundedhttp.AnswerOverLimit) as exc:
+        raise RuntimeError(str(exc)) from None
+    if status != 200:
+        detail = raw[:500].decode("utf-8", "replace")
+        raise RuntimeError(f"{url} answered {status}: {detail}")
     try:
-        result = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise RuntimeError(f"{url} did not answer JSON: {raw[:200]!r}") from None
+        result = boundedhttp.json_answer(raw, url)
+    except ValueError as exc:
+        raise RuntimeError(f"{exc}: {raw[:200]!r}") from None
     return _checked(result, url)
 
 

@@ -32,15 +32,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "before a cutover adds one)")
     p.add_argument("--baseline", metavar="URL",
                    help="second copy of the primary's version: measures old-vs-old noise")
-    p.add_argument("--baseline-stream", action="store_true",
-                   help="stream mirrored requests to the baseline too (default: unstreamed, "
-                        "same tokens, a third less proxy CPU; its latency is then not per token)")
+    p.add_argument("--baseline-stream", action=argparse.BooleanOptionalAction, default=True,
+                   help="stream mirrored requests to the baseline as the client asked (default:"
+                        " on; the gate's latency reference, read like the shadow and paired per"
+                        " request); --no-baseline-stream asks it unstreamed: same tokens, a "
+                        "third less proxy CPU, streamed latency then judged against the primary")
     p.add_argument("--sample-rate", type=float, default=1.0, metavar="F",
                    help="fraction of generation requests mirrored (default %(default)s)")
     p.add_argument("--sample-header", metavar="NAME",
                    help="sample consistently by the hash of this request header")
     p.add_argument("--shadow-timeout", type=float, default=120.0, metavar="S",
                    help="total time allowed to a mirrored request (default %(default)s)")
+    p.add_argument("--max-shadow-answer-bytes", type=int, default=32 * 1024 * 1024,
+                   metavar="N",
+                   help="a shadow or baseline answer larger than N bytes is recorded as "
+                        "the error too_large and not read further (default %(default)s)")
     p.add_argument("--max-shadow-inflight", type=int, default=256, metavar="N",
                    help="mirrored requests in flight; beyond: dropped and counted")
     p.add_argument("--overload-lag-ms", type=float, default=10.0, metavar="MS",
@@ -94,6 +100,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="close a client connection that has not sent a complete request "
                         "head within S seconds of opening or of its previous answer "
                         "(slow clients; idle keep-alive) (default %(default)s)")
+    p.add_argument("--body-timeout", type=float, default=60.0, metavar="S",
+                   help="a request body must arrive whole within S seconds of its head "
+                        "(a total bound, like nginx's client_body_timeout); a slower one "
+                        "is answered 408 and its connection closed (default %(default)s)")
     p.add_argument("--max-idle-per-client", type=int, default=256, metavar="N",
                    help="idle connections (no request in flight) one client IP may hold; "
                         "one more closes its oldest (default %(default)s)")
@@ -148,6 +158,7 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
             sample_header=args.sample_header,
             shadow_timeout_s=args.shadow_timeout,
             max_shadow_inflight=args.max_shadow_inflight,
+            max_shadow_answer_bytes=args.max_shadow_answer_bytes,
             baseline_stream=args.baseline_stream,
             overload_lag_s=args.overload_lag_ms / 1000.0,
             overload_busy=args.overload_busy,
@@ -164,6 +175,7 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         main_metrics_path=args.metrics_path or None,
         drain_timeout_s=args.drain_timeout,
         header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
         max_idle_per_client=args.max_idle_per_client,
         max_upstream_connections=args.max_upstream_connections,
         capture_worker=not args.capture_in_process,

@@ -10,6 +10,11 @@ and parsed in batches (every `BATCH_EVENTS` events and in `finish`), with orjson
 when installed or as one JSON array otherwise, which is several times cheaper
 than one parse per event and gives the same `Capture` (an event that breaks a
 batch is parsed alone, as before). Logprobs are flattened once, in `finish`.
+
+An answer that contradicts itself is an error of its own, never a match: a Responses
+stream whose text deltas are not its final response's text ("stream_text_mismatch"),
+a one-choice answer whose usage.completion_tokens is not the number of token ids it
+sent ("usage_mismatch").
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class CaptureBuilder:
         "_error",
         "_extras",
         "_finish_reason",
+        "_ids_partial",
         "_is_chat",
         "_itl",
         "_logprobs",
@@ -95,6 +101,7 @@ class CaptureBuilder:
         self._body: list[bytes] = []
         self._pieces: list[str] = []
         self._token_ids: list[int] = []
+        self._ids_partial = False  # a chunk came without ids: they may not count every token
         self._char_ends: list[int] = []
         self._chars = 0
         self._logprobs: list[Any] = []
@@ -141,6 +148,15 @@ class CaptureBuilder:
             if len(raw) >= BATCH_EVENTS:
                 self._parse_pending()
 
+    def abandon(self, error: str) -> None:
+        """Stop with `error` and let go of every byte held (a body over its cap is not
+        parsed; its buffers are freed now, not when the capture is)."""
+        if self._error is None:
+            self._error = error
+        self._body = []
+        self._raw, self._raw_t = [], []
+        self._decoder = None
+
     def on_body(self, chunk: bytes, t: float) -> None:
         """A piece of a non-streaming JSON body arrived (parsed once, in `finish`)."""
         self._body.append(chunk)
@@ -173,12 +189,23 @@ class CaptureBuilder:
         top, sampled = _flatten_logprobs(self._logprobs, self._is_chat)
         text = "".join(self._pieces)
         answer = self._answer(text) if err is None else None
-        if answer is not None and answer.kind == "responses" and not text:
-            text = answer.choices[0].content
+        if answer is not None and answer.kind == "responses":
+            if self._decoder is not None and text != answer.choices[0].content:
+                # What a streaming client shows is the deltas: a stream whose deltas are
+                # not its final answer's text (none at all, say) is not that answer.
+                err, answer = "stream_text_mismatch", None
+            text = text or (answer.choices[0].content if answer is not None else "")
         ids = tuple(self._token_ids) if self._token_ids else None
         output_tokens = self._usage_tokens
         if output_tokens is None and ids is not None:
             output_tokens = len(ids)
+        elif err is None and ids is not None and output_tokens is not None \
+                and output_tokens != len(ids) \
+                and (output_tokens < len(ids) or not self._ids_partial) \
+                and not (self._extras and any(k != 0 for k in self._extras)):
+            # One choice: usage counts exactly the ids it sent (vLLM sums len(token_ids)):
+            # never fewer; more only where a chunk came without ids (one may hold a token).
+            err, answer = "usage_mismatch", None
         e2e = t - self.t_start if status is not None else None
         ttft = self._t_first - self.t_start if self._t_first is not None else None
         return Capture(
@@ -348,6 +375,8 @@ class CaptureBuilder:
         if ids:
             self._token_ids += ids
             self._char_ends += [self._chars] * len(ids)
+        elif delta is None or "role" not in delta:
+            self._ids_partial = True  # a chunk without ids: a token may have come in it
         logprobs = choice.get("logprobs")
         if logprobs:
             self._logprobs.append(logprobs)
@@ -370,7 +399,7 @@ class CaptureBuilder:
     def _on_full_body(self, body: bytes, t: float) -> None:
         try:
             obj = _loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # deeply nested: not an answer
             obj = None
         if type(obj) is dict and obj.get("object") == "response":
             self._response = obj  # the Responses API, unstreamed
@@ -416,7 +445,7 @@ def _parse_one(data: bytes) -> Any:
                 return _INVALID  # trailing data
             return obj
         return _loads(text)
-    except (ValueError, StopIteration):
+    except (ValueError, StopIteration, RecursionError):
         return _INVALID
 
 
@@ -441,7 +470,7 @@ def _parse_batch(raw: list[bytes]) -> list[Any] | None:
     loads = _fast_loads if _fast_loads is not None else _loads
     try:
         parsed = loads(blob)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if len(parsed) != len(objects):
         return None

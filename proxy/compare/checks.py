@@ -80,16 +80,21 @@ def match_rate(inputs: GateInputs, c: GateCriteria) -> Check:
     if c.close_counts_as_match:
         new = new.counting_close_as_match()
         base = base.counting_close_as_match() if base is not None else None
-    side = c.check_alpha() / 2
+    # Two bounds decide each side (new's rate, the baseline's): each gets half that side's
+    # alpha. Without a baseline the one bound on new's rate gets all of it.
     has_base = base is not None and base.compared > 0
+    pass_side = c.pass_alpha() / (2 if has_base else 1)
+    fail_side = c.fail_alpha() / (2 if has_base else 1)
     if not has_base and c.require_baseline:
         return Check("match_rate", "inconclusive", "no baseline (old-vs-old) comparisons yet")
 
     def judge(scale: float) -> tuple[Status, float, float, float, float]:
-        low, high = rate_bounds(new.matched, new.compared, side, c, scale)
+        low = rate_bounds(new.matched, new.compared, pass_side, c, scale)[0]
+        high = rate_bounds(new.matched, new.compared, fail_side, c, scale)[1]
         if base is None or not has_base:
             return _against(low, high, c.min_match_rate, c.min_match_rate), low, high, 1.0, 1.0
-        b_low, b_high = rate_bounds(base.matched, base.compared, side, c, scale)
+        b_high = rate_bounds(base.matched, base.compared, pass_side, c, scale)[1]
+        b_low = rate_bounds(base.matched, base.compared, fail_side, c, scale)[0]
         if c.looks == "once":  # one look at a fixed set: the baseline's rate as measured
             b_low = b_high = base.match_rate or 0.0
         status = _against(low, high, b_high - c.max_excess_divergence,
@@ -109,7 +114,8 @@ def match_rate(inputs: GateInputs, c: GateCriteria) -> Check:
         "new_vs_old": {**asdict(new), "rate": new.match_rate, "interval": [low, high]},
         "baseline_vs_old": None if base is None else {
             **asdict(base), "rate": base.match_rate, "interval": [b_low, b_high]},
-        "threshold": max(0.0, pass_at), "fail_below": max(0.0, fail_at), "alpha": 2 * side}
+        "threshold": max(0.0, pass_at), "fail_below": max(0.0, fail_at),
+        "alpha": {"pass": c.pass_alpha(), "fail": c.fail_alpha()}}
     text = (f"new-vs-old match rate {new.match_rate or 0:.3f} ({new.matched}/{new.compared}, "
             f"bounds {low:.3f}..{high:.3f}) vs {max(0.0, pass_at):.3f} ({against})")
     if status == "fail":
@@ -138,15 +144,20 @@ def error_rate(inputs: GateInputs, c: GateCriteria) -> Check:
     n_new, e_new = inputs.requests.get("shadow", 0), inputs.errors.get("shadow", 0)
     n_old, e_old = inputs.requests.get("primary", 0), inputs.errors.get("primary", 0)
     e_new, e_old = min(e_new, n_new), min(e_old, n_old)
-    excess, side = c.max_error_rate_excess, c.check_alpha() / 2
+    excess = c.max_error_rate_excess
+    pass_side, fail_side = c.pass_alpha() / 2, c.fail_alpha() / 2
     facts: dict[str, Any] = {"new": {"requests": n_new, "errors": e_new},
                              "old": {"requests": n_old, "errors": e_old}, "excess": excess}
     if n_new == 0:
         return Check("errors", "inconclusive", "no requests of the new version completed", facts)
 
     def judge(scale: float) -> tuple[Status, float, float, float, float]:
-        low, high = rate_bounds(e_new, n_new, side, c, scale)
-        o_low, o_high = rate_bounds(e_old, n_old, side, c, scale)
+        # fail: new's lower and old's upper bound on the fail side's alpha; pass: new's
+        # upper and old's lower bound on the pass side's
+        low = rate_bounds(e_new, n_new, fail_side, c, scale)[0]
+        o_high = rate_bounds(e_old, n_old, fail_side, c, scale)[1]
+        high = rate_bounds(e_new, n_new, pass_side, c, scale)[1]
+        o_low = rate_bounds(e_old, n_old, pass_side, c, scale)[0]
         if low > o_high + excess:
             return "fail", low, high, o_low, o_high
         if c.looks == "once":  # a fixed set: fail only when significant, as before
@@ -169,9 +180,11 @@ def error_rate(inputs: GateInputs, c: GateCriteria) -> Check:
                  f"over; {needs_text(more, 'requests')}", facts)
 
 
-def length_shift(old: Sequence[int], new: Sequence[int], c: GateCriteria) -> list[Check]:
-    """P(new > old) - P(new < old) over pairs in arrival order (a mean of signs in [-1, 1]),
-    bounded on both sides; beyond +-max_length_shift fails."""
+def length_shift(old: Sequence[float], new: Sequence[float],
+                 c: GateCriteria) -> list[Check]:
+    """P(new > old) - P(new < old) over per-request pairs (old's and new's output tokens
+    on the same request; a mean of signs in [-1, 1]), bounded on both sides; beyond
+    +-max_length_shift fails."""
     shift = c.max_length_shift
     if shift is None or (not old and not new):
         return []  # not judged, or lengths not recorded by the caller
@@ -180,12 +193,15 @@ def length_shift(old: Sequence[int], new: Sequence[int], c: GateCriteria) -> lis
         return [Check("lengths", "inconclusive", f"output lengths: {len(old)} old / {len(new)} "
                       f"new samples, need {c.min_latency_samples}")]
     total = sum((new[i] > old[i]) - (new[i] < old[i]) for i in range(n))
-    alpha = c.check_alpha()
+    successes = (total + n) / 2
 
     def judge(scale: float) -> tuple[Status, float, float]:
-        low, high = rate_bounds((total + n) / 2, n, alpha, c, scale)
+        # a wrong pass needs the bound on the side the truth lies beyond to miss: each
+        # side of one confidence sequence misses with probability at most its alpha
+        low, high = rate_bounds(successes, n, c.pass_alpha(), c, scale)
         low, high = 2 * low - 1, 2 * high - 1
-        if low > shift or high < -shift:
+        f_low, f_high = rate_bounds(successes, n, c.fail_alpha(), c, scale)
+        if 2 * f_low - 1 > shift or 2 * f_high - 1 < -shift:
             return "fail", low, high
         return ("pass" if -shift <= low and high <= shift else "inconclusive"), low, high
 

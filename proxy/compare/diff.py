@@ -24,8 +24,11 @@ from proxy.compare.fields import first_difference as first_divergence
 from proxy.compare.types import Capture, Comparison, RequestMeta, Role
 
 
-def compare(primary: Capture, other: Capture, meta: RequestMeta, against: Role) -> Comparison:
-    """`other` (shadow or baseline) against `primary` for the request described by `meta`."""
+def compare(primary: Capture, other: Capture, meta: RequestMeta, against: Role,
+            id_block: int = 1) -> Comparison:
+    """`other` (shadow or baseline) against `primary` for the request described by `meta`.
+    `id_block` > 1: each side's `token_ids` are keyed hashes of that many ids each (a golden
+    file without text, proxy.compare.digest.digest_ids): a divergence is placed in a block."""
     failure = _failure(primary, other, against)
     if failure is not None:
         outcome, reason = failure
@@ -40,15 +43,20 @@ def compare(primary: Capture, other: Capture, meta: RequestMeta, against: Role) 
     seq_p, seq_o, basis, note = _sequences(primary, other, against)
     divergence = first_divergence(seq_p, seq_o)
     exact = divergence is None
-    distance = 0 if exact else Levenshtein.distance(seq_p, seq_o)
+    distance: int | None = 0 if exact else Levenshtein.distance(seq_p, seq_o)
     reasons = [note] if note else []
     unit = "token"
+    blocks = id_block > 1 and basis == "token_ids"
     if basis == "text" and divergence is not None:
         divergence, unit = _char_to_token(primary, other, divergence, against)
     close: bool | None = True
     if not exact:
         close = close_match(primary, other, divergence) if unit == "token" else None
-    if not exact:
+    if blocks and divergence is not None:
+        divergence, distance, close = divergence * id_block, None, None
+        reasons.append(f"first divergence in tokens {divergence}..{divergence + id_block - 1} "
+                       f"(ids kept as keyed hashes of {id_block}-token blocks)")
+    elif not exact:
         reasons.append(f"first divergence at {unit} {divergence}")
         if close is not None:
             reasons.append("close by vLLM's top-k rule" if close else "not within top-k")
@@ -64,7 +72,8 @@ def compare(primary: Capture, other: Capture, meta: RequestMeta, against: Role) 
         exact_match=exact,
         first_divergence=divergence,
         edit_distance=distance,
-        length_delta=_length_delta(primary, other, None if basis == "text" else (seq_p, seq_o)),
+        length_delta=_length_delta(primary, other,
+                                   None if basis == "text" or blocks else (seq_p, seq_o)),
         finish_reason_match=finish_match,
         close_match=close,
         reason="; ".join(reasons),

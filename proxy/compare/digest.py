@@ -8,6 +8,12 @@ plain sha256, nor matched across files. Tool-call arguments are hashed as canoni
 where they parse, so key order and spaces still do not count. Empty fields stay empty
 (nothing to hide). `compare_answers` on two digested answers names the field and choice
 that differ, without a position.
+
+Token ids give the text back through the tokenizer, so they are kept the same way: one
+keyed hash per block of `ID_BLOCK_TOKENS` ids, each chained to the one before
+(`digest_ids`). The first block that differs places a divergence within 16 tokens; a
+hash confirms a guess of a whole block given everything before it, never one token
+(a per-token hash would: a vocabulary is small enough to try every entry).
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from collections.abc import Sequence
 
 from proxy.compare.answer import Answer, ChoiceAnswer, ToolCall
 from proxy.compare.fields import canonical_json
 
 KEY_BYTES = 32
+ID_BLOCK_TOKENS = 16
 
 
 def new_key() -> bytes:
@@ -46,3 +54,15 @@ def digest_answer(answer: Answer, key: bytes) -> Answer:
         tuple(call(t) for t in c.tool_calls), h(c.finish_reason), h(c.stop_reason))
         for c in answer.choices)
     return Answer(answer.kind, choices, h(answer.status), h(answer.incomplete_reason), True)
+
+
+def digest_ids(ids: Sequence[int], key: bytes) -> tuple[int, ...]:
+    """Chained keyed hashes of `ids`, one per block of ID_BLOCK_TOKENS (the last one may be
+    shorter), each as a 64-bit integer: equal prefixes of blocks hash alike."""
+    out: list[int] = []
+    chain = b""
+    for start in range(0, len(ids), ID_BLOCK_TOKENS):
+        block = ",".join(str(i) for i in ids[start:start + ID_BLOCK_TOKENS])
+        chain = hmac.new(key, chain + b"ids:" + block.encode(), hashlib.sha256).digest()
+        out.append(int.from_bytes(chain[:8], "big"))
+    return tuple(out)

@@ -3,15 +3,18 @@
 Old = primary (or, for latency, the baseline: a second old copy), new = shadow. The live
 gate is evaluated again and again and the cutover acts at the first evaluation that
 decides, so every statistical check uses confidence sequences, bounds that hold at every
-look at once (`proxy.compare.sequential`), and the error rate 1 - confidence is split
-evenly across the checks (`GateCriteria.check_alpha`): a pass, or a fail, is wrong with
-probability at most 1 - confidence however often the gate is asked. Checks:
+look at once (`proxy.compare.sequential`). A promotion needs every check to pass, so each
+check's pass side may spend all of 1 - confidence (an intersection-union test); an abort
+needs one check to fail, so the fail side is split over the checks (`GateCriteria`
+`pass_alpha` / `fail_alpha`): a version beyond a limit is promoted, or a good one aborted,
+with probability at most 1 - confidence however often the gate is asked. Checks:
 - samples: enough deterministic requests compared new-vs-old (below it, at best inconclusive);
 - match rate (`checks.match_rate`): new-vs-old against old-vs-old (the baseline, with its
   own bounds) minus the allowed excess divergence, or an absolute rate without baseline;
-- latency (`latency_checks`): new/old quantile ratios with bounds on both quantiles and
-  an absolute floor; only the kinds of traffic (streamed, unstreamed) that exist;
-- output lengths, error rate over old's (`checks`);
+- latency (`latency_checks`): paired per-request p50 where a baseline times the same
+  requests, else new/old quantile ratios with bounds on both quantiles; an absolute
+  floor; only the kinds of traffic (streamed, unstreamed) that exist;
+- output lengths (paired per request), error rate over old's (`checks`);
 - coverage: the share of sampled requests that were mirrored at all; below the minimum
   (shedding under load) at best inconclusive: evidence from a sliver of the traffic is
   not a pass.
@@ -22,6 +25,7 @@ decide it (`details["checks"]`).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -69,9 +73,9 @@ def evaluate(inputs: GateInputs, criteria: GateCriteria | None = None) -> Verdic
     """Judge whether the shadow (new) may be promoted over the primary (old)."""
     criteria = criteria or GateCriteria()
     details: dict[str, Any] = {"criteria": asdict(criteria),
-                               "alpha_per_check": criteria.check_alpha()}
-    old = inputs.latency.get("primary", LatencySamples()).output_tokens
-    new = inputs.latency.get("shadow", LatencySamples()).output_tokens
+                               "alpha": {"pass_per_check": criteria.pass_alpha(),
+                                         "fail_per_check": criteria.fail_alpha()}}
+    old, new = _lengths(inputs)
     matched = match_rate(inputs, criteria)
     details["match"] = matched.facts or None
     lengths = length_shift(old, new, criteria)
@@ -95,6 +99,18 @@ def evaluate(inputs: GateInputs, criteria: GateCriteria | None = None) -> Verdic
         samples=inputs.new_vs_old.compared,
         details=details,
     )
+
+
+def _lengths(inputs: GateInputs) -> tuple[Sequence[float], Sequence[float]]:
+    """Output tokens of old and new: per-request pairs where records give them; else each
+    role's lengths in arrival order (Prometheus histograms have no pairs); else none (the
+    caller recorded no lengths: not judged)."""
+    paired = inputs.pairs.get("output_tokens")
+    if paired is not None and len(paired):
+        return paired.old, paired.new
+    old = inputs.latency.get("primary", LatencySamples()).output_tokens
+    new = inputs.latency.get("shadow", LatencySamples()).output_tokens
+    return old, new
 
 
 def _check_samples(inputs: GateInputs, c: GateCriteria) -> Check:

@@ -1,11 +1,21 @@
-"""The gate's latency checks: new/old quantile ratios with bounds on both quantiles.
+"""The gate's latency checks: paired where both sides timed the same requests alike,
+else new/old quantile ratios with bounds on both quantiles.
 
-Each enabled ratio (TTFT, TPOT, unstreamed E2E and per-token, p50 and p99) bounds the
-new and the old quantile with confidence sequences (`sequential.quantile_bounds`). It
-passes when new's upper bound is within the allowance over old's lower bound, fails when
-new's lower bound is beyond the allowance over old's upper bound, and is inconclusive
-otherwise. The allowance is the larger of the ratio limit and the absolute floor (a few
-milliseconds more is never a regression).
+The allowance over an old time t is max(limit * t, t + floor): the ratio limit, or the
+absolute floor (a few milliseconds more is never a regression), whichever is larger.
+- Paired p50 (old = the baseline, timed by the same capture worker as the shadow on the
+  same request): the share of requests where new exceeds the allowance over old's time
+  on that request, bounded by a confidence sequence (`sequential.mean_bounds`). Below
+  1/2: the median request is within the limit (pass); above: beyond it (fail). The
+  prompt and answer lengths, most of the spread, cancel out of each pair, so the check
+  decides in tens to hundreds of requests instead of thousands.
+- Quantile ratios (p99, and p50 where the source has no pairs, such as Prometheus):
+  new's and old's quantile each bounded by confidence sequences
+  (`sequential.quantile_bounds`); pass when new's upper bound is within the allowance over
+  old's lower bound, fail when new's lower bound is beyond the allowance over old's upper
+  bound.
+Each pass side spends `GateCriteria.pass_alpha` (halved between two bounds), each fail
+side `fail_alpha` (`proxy.compare.criteria` says why).
 
 Like with like: old is the baseline (a second old copy, read by the same capture worker
 the same way as the shadow) wherever it has samples of the metric, else the primary
@@ -23,9 +33,9 @@ from typing import Any
 
 from proxy.compare.checks import MOST_SCALE, Check, Status, more_samples, needs_text
 from proxy.compare.criteria import GateCriteria, RatioLimit
-from proxy.compare.sequential import quantile_ranks
+from proxy.compare.sequential import mean_bounds, quantile_ranks
 from proxy.compare.stats import LatencySamples
-from proxy.compare.tally import GateInputs
+from proxy.compare.tally import GateInputs, Pairs
 
 MOST_PROJECTED = 250_000
 
@@ -57,7 +67,15 @@ def latency_checks(inputs: GateInputs, c: GateCriteria,
         if entry.family not in evidence:
             continue  # this traffic has none of that kind: not applicable
         old, fresh = samples[entry.metric]
-        check = _ratio_check(entry, limit, old, fresh, c)
+        # Paired wherever a baseline times this metric and the source records pairs: chosen
+        # by which routes exist, not by the values seen, so one test judges each check at
+        # every look.
+        if entry.quantile == 0.5 and inputs.paired \
+                and reference_role(inputs, entry.metric) == "baseline":
+            pairs = inputs.pairs.get(entry.metric, Pairs())
+            check = _paired_check(entry, limit, pairs, c)
+        else:
+            check = _ratio_check(entry, limit, old, fresh, c)
         details["latency"]["ratios"][entry.field] = check.facts
         checks.append(check)
     return checks
@@ -94,15 +112,18 @@ def _ratio_check(entry: RatioLimit, limit: float, old: Sequence[float], new: Seq
                      f"{label}: {len(old)} old / {len(new)} new samples, "
                      f"need {c.min_latency_samples}", {"old_n": len(old), "new_n": len(new)})
     floor = c.token_latency_floor_s if entry.per_token else c.latency_floor_s
-    side = c.check_alpha() / 2
+    pass_side, fail_side = c.pass_alpha() / 2, c.fail_alpha() / 2
 
     def allowed(old_value: float) -> float:
         return max(limit * old_value, old_value + floor)
 
     def judge(scale: float) -> tuple[Status, tuple[float | None, float | None],
                                      tuple[float | None, float | None]]:
-        o = _bounds(old, entry.quantile, side, math.ceil(len(old) * scale))
-        n = _bounds(new, entry.quantile, side, math.ceil(len(new) * scale))
+        old_n, new_n = math.ceil(len(old) * scale), math.ceil(len(new) * scale)
+        o = (_bounds(old, entry.quantile, pass_side, old_n)[0],
+             _bounds(old, entry.quantile, fail_side, old_n)[1])
+        n = (_bounds(new, entry.quantile, fail_side, new_n)[0],
+             _bounds(new, entry.quantile, pass_side, new_n)[1])
         if n[0] is not None and o[1] is not None and n[0] > allowed(o[1]):
             return "fail", o, n
         if n[1] is not None and o[0] is not None and n[1] <= allowed(o[0]):
@@ -115,7 +136,7 @@ def _ratio_check(entry: RatioLimit, limit: float, old: Sequence[float], new: Seq
     point = _ratio(point_new, point_old)
     facts: dict[str, Any] = {"limit": limit, "floor_s": floor, "ratio": point,
                              "old": [o_low, o_high], "new": [n_low, n_high],
-                             "old_n": len(old), "new_n": len(new)}
+                             "old_n": len(old), "new_n": len(new), "basis": "unpaired"}
     upper = _ratio(n_high, o_low)
     text = (f"{label} new/old {_fmt(point)} (bounds {_fmt(_ratio(n_low, o_high))}.."
             f"{_fmt(upper)}, limit {limit:g} or +{floor * 1000:g} ms)")
@@ -132,6 +153,47 @@ def _ratio_check(entry: RatioLimit, limit: float, old: Sequence[float], new: Seq
     how_far = ("upper bound not yet defined" if upper is None
                else f"upper bound {gap:.3f} over")
     return Check(entry.field, "inconclusive", f"{text}: {how_far}; {needs_text(more)}", facts)
+
+
+def _paired_check(entry: RatioLimit, limit: float, pairs: Pairs, c: GateCriteria) -> Check:
+    """The median request's new/old within the limit: the share of pairs where new is
+    beyond the allowance over old's time, against 1/2."""
+    label, n = entry.label, len(pairs)
+    if n < c.min_latency_samples:
+        return Check(entry.field, "inconclusive",
+                     f"{label}: {n} paired requests, need {c.min_latency_samples}",
+                     {"pairs": n, "basis": pairs.basis or "paired"})
+    floor = c.token_latency_floor_s if entry.per_token else c.latency_floor_s
+    slower = sum(new > max(limit * old, old + floor) for old, new in zip(pairs.old, pairs.new))
+    ratios = sorted(new / old for old, new in zip(pairs.old, pairs.new) if old > 0)
+    median = ratios[(len(ratios) - 1) // 2] if ratios else None
+
+    def judge(scale: float) -> tuple[Status, float, float]:
+        m = max(1, round(n * scale))
+        k = slower * m / n
+        high = mean_bounds(k, m, c.pass_alpha())[1]
+        low = mean_bounds(k, m, c.fail_alpha())[0]
+        if low > 0.5:
+            return "fail", low, high
+        return ("pass" if high < 0.5 else "inconclusive"), low, high
+
+    status, low, high = judge(1.0)
+    facts: dict[str, Any] = {"limit": limit, "floor_s": floor, "ratio": median,
+                             "pairs": n, "slower": slower, "share_slower": slower / n,
+                             "share_bounds": [low, high], "basis": pairs.basis,
+                             "old_n": n, "new_n": n}
+    text = (f"{label} paired: new beyond {limit:g}x old (or +{floor * 1000:g} ms) on "
+            f"{slower}/{n} requests ({slower / n:.1%}, bounds {low:.1%}..{high:.1%}; median "
+            f"new/old {_fmt(median)}; {pairs.basis})")
+    if status == "fail":
+        return Check(entry.field, "fail", f"{text}: most requests slower, beyond the limit",
+                     facts)
+    if status == "pass":
+        return Check(entry.field, "pass", f"{text}: the median request is within", facts)
+    more = more_samples(n, lambda k: judge(k)[0] == "pass")
+    facts.update(gap=high - 0.5, more_samples=more)
+    return Check(entry.field, "inconclusive",
+                 f"{text}: upper bound {high - 0.5:.3f} over 1/2; {needs_text(more)}", facts)
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:

@@ -4,13 +4,20 @@ The primary always receives the client's bytes untouched. Shadow and baseline
 receive the same request with `return_token_ids: true` added (vLLM 0.10.2+), so
 their token ids are known without changing what they generate; logprob settings
 are kept as the client asked, so closeness can be judged where the client asked
-for logprobs. Malformed JSON yields None: such requests are relayed, not mirrored.
+for logprobs.
+
+The request's meaning is read once, by `read_request` (a JSON object, at most
+`MAX_DEPTH` levels deep and `max_bytes` long); every decision (stateful or not,
+deterministic or not, mirrored or not) reads that parse, never the raw bytes, so
+escaped keys (`"previous\\u005fresponse_id"`) mean what they mean to the engine. A body
+it refuses is relayed untouched and not mirrored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +32,45 @@ _PATH_ENDPOINTS: dict[str, Endpoint] = {
     "/v1/responses": "responses",
 }
 # Responses-API requests that depend on state the shadow does not have: not mirrored,
-# counted as shed under this reason (the key's bytes are looked for before parsing).
+# counted as shed under this reason.
 STATEFUL_KEYS = (("previous_response_id", "responses_previous_response"),
                  ("conversation", "responses_conversation"),
                  ("background", "responses_background"))
+
+
+# Deeper than any OpenAI request (JSON schemas of tools included) and far below the
+# recursion limit of Python's parser, which a 5,000-deep body would otherwise hit.
+MAX_DEPTH = 128
+UNREADABLE = "malformed_json"  # the shed reason of a body read_request refuses
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+class UnreadableRequest(ValueError):
+    """The body is not a JSON object within the limits (the message says which)."""
+
+
+def read_request(body: bytes, max_bytes: int, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+    """The request as a JSON object, read once within `max_bytes` and `max_depth`."""
+    if len(body) > max_bytes:
+        raise UnreadableRequest(f"{len(body)} bytes, over the limit of {max_bytes}")
+    depth = deepest = 0
+    for match in _BRACKET.finditer(_STRING.sub(b"", body)):
+        if match.group() in b"[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > max_depth:
+                    raise UnreadableRequest(f"nested more than {max_depth} levels deep")
+        else:
+            depth -= 1
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise UnreadableRequest(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise UnreadableRequest(f"a JSON {type(obj).__name__}, not an object")
+    return obj
 
 
 @dataclass(frozen=True)
@@ -37,6 +79,7 @@ class PreparedRequest:
 
     meta: RequestMeta
     shadow_body: bytes
+    request: dict[str, Any]
 
 
 def endpoint_for_path(path: str) -> Endpoint | None:
@@ -44,15 +87,11 @@ def endpoint_for_path(path: str) -> Endpoint | None:
     return _PATH_ENDPOINTS.get(path.rstrip("/") or path)
 
 
-def unmirrorable(body: bytes, endpoint: Endpoint) -> str | None:
+def unmirrorable(req: dict[str, Any], endpoint: Endpoint) -> str | None:
     """Why a Responses-API request must not be mirrored (it continues a stored response or
-    conversation, or runs in the background to be fetched later), else None. Cheap enough
-    for the client path: the body is parsed only when one of the keys occurs in it."""
-    if endpoint != "responses" or not any(key.encode() in body for key, _ in STATEFUL_KEYS):
+    conversation, or runs in the background to be fetched later), else None."""
+    if endpoint != "responses":
         return None
-    req = parse_body(body)
-    if req is None:
-        return None  # malformed: counted where it is parsed
     for key, reason in STATEFUL_KEYS:
         if req.get(key) not in (None, False, ""):
             return reason
@@ -60,14 +99,13 @@ def unmirrorable(body: bytes, endpoint: Endpoint) -> str | None:
 
 
 def parse_body(body: bytes | dict[str, Any]) -> dict[str, Any] | None:
-    """The request as a JSON object, or None when it is not one."""
+    """The request as a JSON object (read_request, no size limit but the caller's), or None."""
     if isinstance(body, dict):
         return body
     try:
-        obj = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        return read_request(body, len(body))
+    except UnreadableRequest:
         return None
-    return obj if isinstance(obj, dict) else None
 
 
 def is_deterministic(req: dict[str, Any]) -> bool:
@@ -123,27 +161,31 @@ def shadow_body(body: bytes | dict[str, Any], *, return_token_ids: bool = True) 
     req = parse_body(body)
     if req is None:
         return None
+    return _shadow_bytes(req, body if isinstance(body, (bytes, bytearray)) else None,
+                         return_token_ids)
+
+
+def _shadow_bytes(req: dict[str, Any], original: bytes | None, return_token_ids: bool) -> bytes:
     if not return_token_ids or req.get("return_token_ids") is True:
-        if isinstance(body, (bytes, bytearray)):
-            return bytes(body)
-        return json_bytes(req, compact=False)
+        return bytes(original) if original is not None else json_bytes(req, compact=False)
     out = dict(req)
     out["return_token_ids"] = True
     return json_bytes(out)
 
 
-def prepare(body: bytes, endpoint: Endpoint) -> PreparedRequest | None:
-    """Parse once, return metadata and shadow body; None when the body is not a JSON object."""
+def prepare(body: bytes | dict[str, Any], endpoint: Endpoint) -> PreparedRequest | None:
+    """Metadata and shadow body of the request (read by read_request); None when the body
+    is not a JSON object."""
     req = parse_body(body)
     if req is None:
         return None
     meta = request_meta(req, endpoint)
     # The Responses API has no return_token_ids: its ids come from /tokenize.
-    shadow = body if req.get("return_token_ids") is True or endpoint == "responses" \
-        else shadow_body(req)
-    if meta is None or shadow is None:
+    if meta is None:
         return None
-    return PreparedRequest(meta=meta, shadow_body=shadow)
+    shadow = _shadow_bytes(req, body if isinstance(body, (bytes, bytearray)) else None,
+                           endpoint != "responses")
+    return PreparedRequest(meta=meta, shadow_body=shadow, request=req)
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -1,12 +1,15 @@
-"""Aggregates the gate reads: comparison counts, samples, requests and errors per role, and
-how many sampled requests were mirrored at all (no I/O).
+"""Aggregates the gate reads: comparison counts, samples, requests and errors per role, the
+per-request pairs, and how many sampled requests were mirrored at all (no I/O).
 
-Built in memory by the mirror or from stored records by the report (`GateInputs.from_records`).
+Built from records in memory (`GateInputs.from_records`) or from the store's rows
+(`proxy.aggregates`); both hand their complete captures to one fold (`latency_inputs`), so
+the samples, the output lengths and the pairs the gate judges have one builder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -15,7 +18,7 @@ from typing import Any, Literal
 AdmissionRow = tuple[str, str, str, int]
 ELIGIBLE = "eligible"
 
-from proxy.compare.request import STATEFUL_KEYS
+from proxy.compare.request import STATEFUL_KEYS, UNREADABLE
 from proxy.compare.stats import LatencySamples
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, Role
 
@@ -57,8 +60,9 @@ class MatchCounts:
         return cls(compared, diverged, close)
 
 
-# Shed reasons that are not load: requests continuing server-side state (`STATEFUL_KEYS`).
-UNMIRRORABLE_REASONS = frozenset(reason for _, reason in STATEFUL_KEYS)
+# Shed reasons that are not load: requests continuing server-side state (`STATEFUL_KEYS`)
+# and bodies the proxy cannot read as a request (UNREADABLE).
+UNMIRRORABLE_REASONS = frozenset(reason for _, reason in STATEFUL_KEYS) | {UNREADABLE}
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,38 @@ class AdmissionCounts:
 
 
 @dataclass(frozen=True)
+class Pairs:
+    """One quantity measured on both sides of the same requests, in arrival order: `old[i]`
+    and `new[i]` answer one request. `basis` says how both sides were timed: "capture
+    worker" (shadow and baseline read by the same process the same way), "request" (a
+    count, such as output tokens, that has no clock)."""
+
+    old: tuple[float, ...] = ()
+    new: tuple[float, ...] = ()
+    basis: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.old) != len(self.new):
+            raise ValueError(f"pairs need equal lengths, got {len(self.old)} old and "
+                             f"{len(self.new)} new")
+
+    def __len__(self) -> int:
+        return len(self.new)
+
+
+# Pair bases (`Pairs.basis`); one place for the words records and reports show.
+WORKER_BASIS = "capture worker"
+COUNT_BASIS = "request"
+PAIRED_METRICS = ("ttft", "tpot", "e2e_unstreamed", "tpot_unstreamed")
+# The gate judges latency on the newest this many records (memory and time bounded): beyond
+# it, more traffic replaces evidence instead of adding to it.
+LATENCY_WINDOW = 5000
+
+
+@dataclass(frozen=True)
 class GateInputs:
-    """Aggregates the gate judges; latency/requests/errors are keyed by role."""
+    """Aggregates the gate judges; latency/requests/errors are keyed by role, `pairs` by
+    quantity (`PAIRED_METRICS` and "output_tokens")."""
 
     new_vs_old: MatchCounts
     baseline_vs_old: MatchCounts | None = None
@@ -122,31 +156,40 @@ class GateInputs:
     requests: Mapping[str, int] = field(default_factory=dict)
     errors: Mapping[str, int] = field(default_factory=dict)
     admission: AdmissionCounts | None = None  # None: not counted (records from elsewhere)
+    pairs: Mapping[str, Pairs] = field(default_factory=dict)
+    # Whether the source knows which requests both sides answered (exchange records do;
+    # Prometheus histograms do not): without it, p50 is judged unpaired, by quantile ratios.
+    paired: bool = True
 
     @classmethod
-    def from_records(cls, records: Iterable[ExchangeRecord]) -> GateInputs:
-        """Aggregate stored or in-memory exchange records."""
+    def from_records(cls, records: Iterable[ExchangeRecord],
+                     latency_window: int = LATENCY_WINDOW) -> GateInputs:
+        """Aggregate stored or in-memory exchange records (the same meaning as the store's
+        `aggregates`: latency and pairs from the newest `latency_window` records)."""
+        records = list(records)
         comparisons: list[Comparison] = []
-        counted: list[tuple[ExchangeRecord, Capture]] = []
         requests: dict[str, int] = {}
         errors: dict[str, int] = {}
         has_baseline = False
         for record in records:
-            comparisons.extend(record.comparisons)
+            if record.meta.deterministic:  # sampled ones compare only as distributions
+                comparisons.extend(record.comparisons)
             for cap in record.captures:
                 if cap.cancelled:
                     continue
                 has_baseline = has_baseline or cap.role == "baseline"
-                counted.append((record, cap))
                 requests[cap.role] = requests.get(cap.role, 0) + 1
-                failed = cap.error is not None or cap.status is None or cap.status >= 400
-                errors[cap.role] = errors.get(cap.role, 0) + failed
+                errors[cap.role] = errors.get(cap.role, 0) + (not complete(cap))
+        rows = [row for index, record in enumerate(records[-latency_window:])
+                for row in latency_rows(index, record)]
+        latency, pairs = latency_inputs(rows)
         return cls(
             new_vs_old=MatchCounts.of(comparisons, "shadow"),
             baseline_vs_old=MatchCounts.of(comparisons, "baseline") if has_baseline else None,
-            latency=latency_by_role(counted),
+            latency=latency,
             requests=requests,
             errors=errors,
+            pairs=pairs,
         )
 
 
@@ -168,11 +211,113 @@ def latency_kind(record: ExchangeRecord, cap: Capture) -> LatencyKind:
     return "streamed"
 
 
+def complete(cap: Capture) -> bool:
+    """An answer that arrived whole: no error, not cancelled, a status below 400."""
+    return cap.error is None and not cap.cancelled and cap.status is not None \
+        and cap.status < 400
+
+
+@dataclass(frozen=True)
+class LatencyRow:
+    """One complete capture's timing, as the store selects it and as records give it."""
+
+    exchange: int  # arrival order of its record (a row id, or an index)
+    role: str
+    kind: LatencyKind
+    ttft_s: float | None
+    e2e_s: float
+    output_tokens: int | None
+    itl_s: Sequence[float] = ()
+
+
+def latency_rows(exchange: int, record: ExchangeRecord) -> list[LatencyRow]:
+    """`record`'s complete captures as rows (what the store's query selects)."""
+    return [LatencyRow(exchange, cap.role, latency_kind(record, cap), cap.ttft_s, cap.e2e_s,
+                       cap.output_tokens, cap.itl_s)
+            for cap in record.captures if complete(cap) and cap.e2e_s is not None]
+
+
+def latency_inputs(rows: Iterable[LatencyRow], max_itl_samples: int = 20_000,
+                   ) -> tuple[dict[str, LatencySamples], dict[str, Pairs]]:
+    """The one fold of complete captures into per-role samples (each in its `latency_kind`,
+    never pooled; inter-token gaps from the newest answers up to `max_itl_samples`) and
+    per-request pairs: output tokens of primary and shadow, timings of baseline and shadow
+    (both read by the capture worker: like with like)."""
+    ordered = sorted(rows, key=lambda r: r.exchange)
+    samples: dict[str, dict[str, list[float]]] = {}
+    names = ("ttft", "itl", "tpot", "e2e", "output_tokens", "e2e_unstreamed",
+             "tpot_unstreamed")
+    itl_of: dict[int, Sequence[float]] = {}
+    itl_left = max_itl_samples
+    for row in reversed(ordered):  # the newest answers' gaps first
+        if row.kind == "streamed" and row.itl_s and itl_left > 0:
+            itl_of[id(row)] = row.itl_s[:itl_left]
+            itl_left -= len(row.itl_s)
+    by_exchange: dict[int, dict[str, dict[str, float]]] = {}
+    for row in ordered:
+        of_role = samples.setdefault(row.role, {name: [] for name in names})
+        values = _row_values(row)
+        for name, value in values.items():
+            of_role[name].append(value)
+        of_role["itl"].extend(itl_of.get(id(row), ()))
+        by_exchange.setdefault(row.exchange, {})[row.role] = values
+    return ({role: _samples(of_role) for role, of_role in samples.items()},
+            _pairs(by_exchange.values()))
+
+
+def _row_values(row: LatencyRow) -> dict[str, float]:
+    values: dict[str, float] = {}
+    if row.output_tokens is not None:
+        values["output_tokens"] = row.output_tokens
+    if row.kind == "streamed":
+        values["e2e"] = row.e2e_s
+        if row.ttft_s is not None:
+            values["ttft"] = row.ttft_s
+            if row.output_tokens is not None and row.output_tokens > 1:
+                values["tpot"] = (row.e2e_s - row.ttft_s) / (row.output_tokens - 1)
+    elif row.kind == "unstreamed":
+        values["e2e_unstreamed"] = row.e2e_s
+        if row.output_tokens is not None and row.output_tokens >= 1:
+            values["tpot_unstreamed"] = row.e2e_s / row.output_tokens
+    return values
+
+
+def _samples(of_role: dict[str, list[float]]) -> LatencySamples:
+    return LatencySamples(
+        ttft_s=tuple(of_role["ttft"]), itl_s=tuple(array("f", of_role["itl"]).tolist()),
+        tpot_s=tuple(of_role["tpot"]), e2e_s=tuple(of_role["e2e"]),
+        output_tokens=tuple(int(v) for v in of_role["output_tokens"]),
+        e2e_unstreamed_s=tuple(of_role["e2e_unstreamed"]),
+        tpot_unstreamed_s=tuple(of_role["tpot_unstreamed"]))
+
+
+def _pairs(exchanges: Iterable[dict[str, dict[str, float]]]) -> dict[str, Pairs]:
+    found: dict[str, tuple[list[float], list[float]]] = {}
+    for by_role in exchanges:
+        for name, old_role, basis_metrics in (
+                ("output_tokens", "primary", ("output_tokens",)),
+                ("", "baseline", PAIRED_METRICS)):
+            old, new = by_role.get(old_role), by_role.get("shadow")
+            if old is None or new is None:
+                continue
+            for metric in basis_metrics:
+                if metric in old and metric in new:
+                    olds, news = found.setdefault(metric, ([], []))
+                    olds.append(old[metric])
+                    news.append(new[metric])
+    return {metric: Pairs(tuple(olds), tuple(news),
+                          COUNT_BASIS if metric == "output_tokens" else WORKER_BASIS)
+            for metric, (olds, news) in found.items()}
+
+
 def latency_by_role(captures: Iterable[tuple[ExchangeRecord, Capture]]
                     ) -> dict[str, LatencySamples]:
     """Per-role latency samples, each capture in its `latency_kind` (never pooled)."""
-    by_role: dict[str, tuple[list[Capture], list[Capture], list[Capture]]] = {}
+    rows: list[LatencyRow] = []
+    index: dict[int, int] = {}
     for record, cap in captures:
-        by_role.setdefault(cap.role, ([], [], []))[
-            LATENCY_KINDS.index(latency_kind(record, cap))].append(cap)
-    return {role: LatencySamples.from_captures(*caps) for role, caps in by_role.items()}
+        if complete(cap) and cap.e2e_s is not None:
+            exchange = index.setdefault(id(record), len(index))
+            rows.append(LatencyRow(exchange, cap.role, latency_kind(record, cap), cap.ttft_s,
+                                   cap.e2e_s, cap.output_tokens, cap.itl_s))
+    return latency_inputs(rows, max_itl_samples=10**12)[0]

@@ -39,7 +39,12 @@ def add_cutover_routes(admin_app: web.Application, get_service: GetService,
         service = service_or_error(request, mutating=False)
         if isinstance(service, web.Response):
             return service
-        return json_answer(service.status())
+        status = service.status()
+        if status.get("log_tail") and authorize(request) is not None:
+            # Container log lines may carry client data: shown to token holders only.
+            status["log_tail"] = None
+            status["log_tail_hidden"] = "container log lines: GET with the admin token"
+        return json_answer(status)
 
     async def post_start(request: web.Request) -> web.StreamResponse:
         service = service_or_error(request, mutating=True)

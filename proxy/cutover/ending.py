@@ -3,6 +3,7 @@ container, rolling back, and aborting (the clean-up before aborted or failed).""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from proxy.cutover.model import CutoverState, Phase
@@ -192,7 +193,7 @@ def _remove_new(state: CutoverState, obs: Observation, now: float, end: Phase,
     if end is Phase.FAILED and state.log_tail is None:
         if "new_logs" not in obs.seen:
             return state, WAIT
-        state = replace(state, log_tail=obs.new_logs or "")
+        state = replace(state, log_tail=engine_lines(obs.new_logs or ""))
     if state.spec.keep_failed:
         return state.moved(end, f"{reason}; new container {info.name} kept (--keep-failed)",
                            now), WAIT
@@ -206,3 +207,23 @@ def _remove_new(state: CutoverState, obs: Observation, now: float, end: Phase,
                            f"{why}", now), WAIT
     return replace(state, removing_new=f"{info.name} ({info.state})"), \
         RemoveContainer(info.id)
+
+
+# Lines an engine writes about a client's request (vLLM's --enable-log-requests and
+# --enable-log-outputs print prompts and outputs): never kept in the state file.
+_REQUEST_LINE = re.compile(r"Received request|Generated response|prompt|messages|"
+                           r"output|content|\bRequest\b|\{", re.IGNORECASE)
+
+
+def engine_lines(text: str) -> str:
+    """The engine's own lines of a container log tail: those about a request (which may
+    quote its prompt or output) are replaced by one count."""
+    kept, dropped = [], 0
+    for line in text.splitlines():
+        if _REQUEST_LINE.search(line):
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        kept.append(f"[{dropped} line(s) about requests left out: they may quote prompts]")
+    return "\n".join(kept)

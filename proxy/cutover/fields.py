@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 _MISSING = object()
+# The largest integer a field may hold: a count or a size fits 64 bits, and a larger one
+# (a 400-digit number is valid JSON) would break arithmetic later, far from the file.
+MAX_INTEGER = 2**63 - 1
 
 
 class StateError(ValueError):
@@ -23,7 +26,7 @@ class Fields:
 
     def __init__(self, data: Any, where: str) -> None:
         if not isinstance(data, Mapping):
-            raise StateError(f"{where} must be a JSON object, got {_short(data)}")
+            raise StateError(f"{where} must be a JSON object, got {short_repr(data)}")
         self.data = data
         self.where = where
 
@@ -34,7 +37,7 @@ class Fields:
         return value
 
     def fail(self, key: str, wanted: str, value: Any) -> StateError:
-        return StateError(f"{self.where}.{key} must be {wanted}, got {_short(value)}")
+        return StateError(f"{self.where}.{key} must be {wanted}, got {short_repr(value)}")
 
     def text(self, key: str, optional: bool = True) -> str | None:
         value = self._get(key, required=not optional)
@@ -55,10 +58,10 @@ class Fields:
         if value is _MISSING or (value is None and optional):
             return None
         wanted = "a finite number" + (f" >= {minimum:g}" if minimum is not None else "")
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or (minimum is not None and value < minimum)):
+        number = finite_float(value)
+        if number is None or (minimum is not None and number < minimum):
             raise self.fail(key, wanted + (" or null" if optional else ""), value)
-        return float(value)
+        return number
 
     def required_number(self, key: str, minimum: float | None = None) -> float:
         value = self.number(key, optional=False, minimum=minimum)
@@ -69,8 +72,12 @@ class Fields:
         value = self._get(key, required=False)
         if value is _MISSING or (value is None and default is None):
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(key, f"an integer >= {minimum}", value)
+        if isinstance(value, bool) or not isinstance(value, int) \
+                or not minimum <= value <= MAX_INTEGER:
+            too_big = isinstance(value, int) and not isinstance(value, bool) \
+                and value > MAX_INTEGER
+            raise self.fail(key, "an integer below 2**63" if too_big
+                            else f"an integer >= {minimum}", value)
         return value
 
     def flag(self, key: str) -> bool:
@@ -98,6 +105,19 @@ class Fields:
         return value
 
 
-def _short(value: Any) -> str:
+def finite_float(value: Any) -> float | None:
+    """`value` as a float when it is a JSON number a float holds (finite), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return None
+    return number if math.isfinite(number) else None
+
+
+def short_repr(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        return f"an integer of {len(str(abs(value)))} digits"
     text = repr(value)
     return text if len(text) <= 120 else text[:117] + "..."

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from proxy.cutover.control import GateView
 from proxy.cutover.driver import LABEL_CUTOVER, LABEL_REPLACES, LABEL_ROLE, NewContainerPlan
+from proxy.cutover.eta import Estimate, ends_early, estimate, hopeless_since, rate_per_s
 from proxy.cutover.model import CutoverState, Endpoint, Phase
 from proxy.cutover.steps import (
     Action,
@@ -172,6 +174,30 @@ def warming(state: CutoverState, obs: Observation, now: float) -> Step:
     return replace(state, note=note), WAIT
 
 
+def _estimate(state: CutoverState, gate: GateView, now: float) -> Estimate | None:
+    """The binding check and about how long it needs at the rate seen since the evidence
+    began (None once decided)."""
+    checks = gate.details.get("checks")
+    if gate.verdict != "inconclusive" or not isinstance(checks, list):
+        return None
+    since = state.analysis_since_unix
+    rate = rate_per_s(0, since, gate.samples, now) if since is not None else 0.0
+    left = state.deadline_unix - now if state.deadline_unix is not None else None
+    return estimate(checks, rate, left, gate.samples)
+
+
+def _hopeless(state: CutoverState, est: Estimate | None, now: float) -> Step | None:
+    """Abort when the gate has been hopeless (`Estimate.hopeless`) on every look for
+    `eta.HOPELESS_FOR_S`, rather than shadowing on to the analysis timeout."""
+    if est is None or not ends_early(state.hopeless_since_unix, now):
+        return None
+    left = state.deadline_unix - now if state.deadline_unix is not None else 0.0
+    return fail(state, f"the gate cannot decide before the analysis timeout ({left:.0f}s "
+                f"left of {state.spec.analysis_timeout_s:g}s): {est.hopeless_reason} "
+                f"({gate_summary(state)}); more traffic, a longer --analysis-timeout or "
+                "looser limits would let it", now, Phase.ABORTED)
+
+
 def shadowing(state: CutoverState, obs: Observation, now: float) -> Step:
     assert state.new is not None
     if (gone := new_gone(state, obs)) is not None:
@@ -181,9 +207,13 @@ def shadowing(state: CutoverState, obs: Observation, now: float) -> Step:
                                                                      state.baseline_url):
         return state, SetRoutes(state.old.url, state.new.url, state.baseline_url,
                                 routes.version)
+    est = None
     if obs.gate is not None:
+        est = _estimate(state, obs.gate, now)
         state = replace(state, verdict=obs.gate.verdict, reasons=obs.gate.reasons,
-                        samples=obs.gate.samples)
+                        samples=obs.gate.samples,
+                        waiting_for=est.line() if est is not None else None,
+                        hopeless_since_unix=hopeless_since(state.hopeless_since_unix, est, now))
     if state.pending == "force_promote":
         return state.moved(Phase.PROMOTING, f"promoted by the operator with --force "
                            f"({gate_summary(state)})", now), WAIT
@@ -204,6 +234,8 @@ def shadowing(state: CutoverState, obs: Observation, now: float) -> Step:
     if state.deadline_unix is not None and now >= state.deadline_unix:
         return fail(state, f"analysis timeout after {state.spec.analysis_timeout_s:g}s "
                     f"({gate_summary(state)})", now, Phase.ABORTED)
+    if state.pending is None and (ended := _hopeless(state, est, now)) is not None:
+        return ended
     return state, WAIT
 
 

@@ -27,7 +27,7 @@ from proxy.cutover.model import Command, CutoverSpec, CutoverState, Endpoint, St
 from proxy.cutover.reconciler import SECTION, Reconciler
 from proxy.cutover.spec import DEFAULT_SHUTDOWN_GRACE_S, grace_from_command
 from proxy.cutover.status import status_json
-from proxy.cutover.warmup import ProbeError, served_models, vllm_version
+from proxy.cutover.warmup import ProbeError, not_listening, served_models, vllm_version
 from proxy.statefile import StateFile, StateFileError
 from proxy.tasks import start_task
 from proxy.urls import role_conflicts
@@ -203,6 +203,11 @@ class CutoverService:
                                    "new_gpus (--new-gpus) with free devices for the new one")
                 if spec.new_gpus:
                     await asyncio.to_thread(driver.check_gpus, spec.new_gpus)
+        for flag, url in (("--new-url", spec.new_url), ("--baseline-url", spec.baseline_url)):
+            if url is not None and (why := await not_listening(self._session, url)):
+                raise ProbeError(f"{flag}: {why}; start that engine first (a cutover "
+                                 "waits for an engine that answers to be ready, not for "
+                                 "one that is not there)")
         try:
             names = ((spec.served_model_name,) if spec.served_model_name
                      else await served_models(self._session, old_url))

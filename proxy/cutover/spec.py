@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from proxy.cutover.fields import MAX_INTEGER, finite_float, short_repr
 from proxy.urls import UrlError, normalize_backend_url
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -168,13 +169,16 @@ def _typed(name: str, value: Any, annotation: str) -> Any:
             raise SpecError(f"{name} must be true or false, got {value!r}")
         return value
     if annotation.startswith("int"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(f"{name} must be an integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) \
+                or not -MAX_INTEGER <= value <= MAX_INTEGER:
+            raise SpecError(f"{name} must be an integer of at most 64 bits, "
+                            f"got {short_repr(value)}")
         return value
     if annotation.startswith("float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(f"{name} must be a number of seconds, got {value!r}")
-        return float(value)
+        number = finite_float(value)
+        if number is None:
+            raise SpecError(f"{name} must be a finite number of seconds, got {short_repr(value)}")
+        return number
     if annotation.startswith("str"):
         if not isinstance(value, str):
             raise SpecError(f"{name} must be a string, got {value!r}")

@@ -42,7 +42,8 @@ def status_json(state: CutoverState | None, routes: RoutesView | None,
     for name in ("spec", "schema", "served_models", "baseline_url", "old_stopped",
                  "started_unix", "phase_since_unix", "error", "log_tail", "note", "pending",
                  "promoted_unix", "drained_unix", "rollback_started_unix", "rollback_s",
-                 "backup_bytes", "end_phase", "verdict", "reasons", "samples", "history",
+                 "backup_bytes", "end_phase", "verdict", "reasons", "samples", "waiting_for",
+                 "history",
                  "deadline_unix", "shutdown_grace_s", "mirror_off"):
         data[name] = full[name]
     data.update(id=state.id, phase=state.phase.value, terminal=state.phase.terminal,
@@ -71,14 +72,17 @@ def _clock(at_unix: float) -> str:
 
 
 def progress_line(status: dict[str, Any]) -> str:
-    """One line: phase, verdict, samples n/min, time left (for `status --watch`)."""
+    """One line: phase, verdict, samples n/min, what the gate waits for and about how
+    long, the phase's deadline (for `status --watch`)."""
     parts = [f"phase {status['phase']}"]
     if status.get("verdict"):
         parts.append(f"verdict {status['verdict']}")
     if status.get("min_samples") is not None:
         parts.append(f"samples {status['samples']}/{status['min_samples']}")
+    if status.get("waiting_for"):
+        parts.append(status["waiting_for"])
     if status.get("time_left_s") is not None:
-        parts.append(f"{status['time_left_s']:g}s left")
+        parts.append(f"deadline in {status['time_left_s']:g}s")
     if status.get("pending"):
         parts.append(f"pending {status['pending']}")
     if status.get("note"):

@@ -38,6 +38,22 @@ async def _get_json(session: aiohttp.ClientSession, url: str, path: str,
         raise ProbeError(f"{path}: {type(exc).__name__}: {exc}") from exc
 
 
+async def not_listening(session: aiohttp.ClientSession, url: str) -> str | None:
+    """Why nothing can answer at `url` in plain words (no process accepts connections
+    there, or the name does not resolve); None when something answers HTTP at all (an
+    engine still loading answers /health with 503: that one is waited for) or is only
+    slow to."""
+    try:
+        async with session.get(f"{url}/health",
+                               timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)):
+            return None
+    except aiohttp.ClientConnectorError as exc:
+        why = (exc.os_error.strerror or str(exc.os_error)) if exc.os_error else str(exc)
+        return f"nothing answers at {url} ({why})"
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return None
+
+
 async def healthy(session: aiohttp.ClientSession, url: str) -> bool:
     try:
         await _get_json(session, url, "/health")

@@ -19,10 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from proxy.demo.processes import (
     Child,
@@ -38,6 +38,9 @@ from proxy.demo.story import TOKEN, run_cutover
 from proxy.demo.traffic import DemoRequest, answer_text, demo_requests, fetch
 from proxy.mirror.config import default_state_file
 from proxy.terminal import StatusLine
+
+if TYPE_CHECKING:
+    from proxy.compare.gate import GateCriteria
 
 Scenario = Literal["regression", "healthy"]
 MODEL = "demo/Llama-3.1-8B-Instruct-FP4"
@@ -216,11 +219,6 @@ def _show_outcome(outcome: dict[str, Any], say: Callable[[str], None]) -> str:
 
 def run_demo(config: DemoConfig, out: StatusLine | None = None) -> int:
     """The whole story on `out` (stdout: its progress in place on a terminal)."""
-    from proxy.report.build import report_from_db
-    from proxy.report.html import render_html
-    from proxy.report.load import window_from_state
-    from proxy.report.text import render_text
-
     out = out or StatusLine(sys.stdout)
     say = out.say
     started = time.monotonic()
@@ -254,18 +252,33 @@ def run_demo(config: DemoConfig, out: StatusLine | None = None) -> int:
             launcher.wait()
         for child in reversed(children):
             child.stop()
-    state_file = default_state_file(db_path)
-    window = window_from_state(state_file) if state_file else None
-    report = report_from_db(db_path, window=window)
-    say(f"\n== 5. Report over the cutover's evidence: vllm-cutover report --db {db_path} "
-        f"--state-file {state_file}")
-    say(render_text(report))
-    with open(html_path, "w", encoding="utf-8") as page:
-        page.write(render_html(report, title=f"vllm-cutover demo ({config.scenario})"))
-    say(f"HTML report: {html_path}")
+    say("\n== 5. Report over the cutover's evidence")
+    verdict = show_report(db_path, html_path, f"vllm-cutover demo ({config.scenario})", say)
     say(f"Records:     {db_path}")
     say(f"Logs:        {log_dir}")
     failed = outcome["traffic"]["failed"]
     say(f"Demo finished in {time.monotonic() - started:.1f} s; cutover {phase}, verdict "
-        f"{report.gate.verdict}, {failed} client request(s) failed.")
+        f"{verdict}, {failed} client request(s) failed.")
     return 0 if failed == 0 and phase in ("done", "aborted") else 1
+
+
+def show_report(db_path: str, html_path: str, title: str, say: Callable[[str], None],
+                criteria: GateCriteria | None = None, gate_flags: Sequence[str] = ()) -> str:
+    """The report over the cutover's evidence (its window from the state file beside the
+    records), as text on `say` and as HTML in `html_path`; its verdict. `criteria` (default
+    the defaults) are what `gate_flags` of `vllm-cutover report` ask for."""
+    from proxy.report.build import report_from_db
+    from proxy.report.html import render_html
+    from proxy.report.load import window_from_state
+    from proxy.report.text import render_text
+
+    state_file = default_state_file(db_path)
+    window = window_from_state(state_file) if state_file else None
+    report = report_from_db(db_path, criteria, window=window)
+    say(" ".join(["$ vllm-cutover report --db", db_path, "--state-file", str(state_file),
+                  *gate_flags]))
+    say(render_text(report))
+    with open(html_path, "w", encoding="utf-8") as page:
+        page.write(render_html(report, title=title))
+    say(f"HTML report: {html_path}")
+    return str(report.gate.verdict)

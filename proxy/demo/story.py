@@ -21,13 +21,13 @@ from proxy.tasks import start_task
 from proxy.terminal import StatusLine
 
 TOKEN = "demo-admin-token"
-CUTOVER_TIMEOUT_S = 120.0
+CUTOVER_TIMEOUT_S = 300.0
 
 
 def start_request(new_url: str, baseline_url: str) -> dict[str, Any]:
     """The demo's cutover: short windows so the whole story takes seconds."""
     return {"new_url": new_url, "baseline_url": baseline_url, "min_samples": 60,
-            "analysis_delay_s": 1.0, "analysis_timeout_s": 60.0, "failure_limit": 2,
+            "analysis_delay_s": 1.0, "analysis_timeout_s": 240.0, "failure_limit": 2,
             "post_promotion_s": 3.0, "scale_down_delay_s": 0.0}
 
 

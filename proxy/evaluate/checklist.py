@@ -96,15 +96,16 @@ def _engine_lines(opts: VerifyOptions) -> list[tuple[str, Line]]:
             else ("fail", f"/health answered HTTP {status}"))]
     _, body = observe.http_get(opts.url + "/v1/models")
     try:
-        models = [m["id"] for m in json.loads(body)["data"]]
-    except (ValueError, KeyError, TypeError):
+        models = [m["id"] for m in observe.json_of(body, opts.url + "/v1/models")["data"]]
+    except (EvalInputError, KeyError, TypeError):
         models = []
     out.append(("models", ("pass", f"serves {models}") if models
                 else ("fail", "/v1/models lists no model")))
     status, body = observe.http_get(opts.url + "/version")
     try:
-        version = str(json.loads(body)["version"]) if status == 200 else None
-    except (ValueError, KeyError, TypeError):
+        version = (str(observe.json_of(body, opts.url + "/version")["version"])
+                   if status == 200 else None)
+    except (EvalInputError, KeyError, TypeError):
         version = None
     if opts.expect_version is None:
         out.append(("version", ("n/a", f"reports {version}; no --expect-version given")))

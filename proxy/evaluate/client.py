@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 
+from proxy import boundedhttp
 from proxy.compare.capture import CaptureBuilder
 from proxy.compare.types import Capture, Role
 from proxy.evaluate.jsonl import EvalInputError
@@ -53,16 +54,33 @@ def session(timeout_s: float, connections: int = 64) -> aiohttp.ClientSession:
 
 
 async def get_json(http: aiohttp.ClientSession, url: str) -> Any:
-    """GET `url` as JSON; EvalInputError naming the URL when it cannot be reached or read."""
+    """GET `url` as JSON; EvalInputError naming the URL when it cannot be reached or read,
+    AnswerOverLimit past `boundedhttp.MAX_ANSWER_BYTES`."""
     try:
         async with http.get(url) as resp:
             if resp.status != 200:
                 raise EvalInputError(f"GET {url} answered HTTP {resp.status}")
-            return await resp.json(content_type=None)
+            raw = await read_bounded(resp, url)
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         raise EvalInputError(f"cannot reach {url}: {exc or type(exc).__name__}") from None
-    except ValueError:
-        raise EvalInputError(f"GET {url}: the answer is not JSON") from None
+    try:
+        return boundedhttp.json_answer(raw, "GET " + url)
+    except ValueError as exc:
+        raise EvalInputError(str(exc)) from None
+
+
+async def read_bounded(resp: aiohttp.ClientResponse, url: str,
+                       max_bytes: int = boundedhttp.MAX_ANSWER_BYTES) -> bytes:
+    """The whole body, or AnswerOverLimit once it passes `max_bytes` (the session's total
+    timeout bounds its time)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > max_bytes:
+            raise boundedhttp.over_size(url, max_bytes)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 async def engine_info(http: aiohttp.ClientSession, url: str) -> EngineInfo:
@@ -91,12 +109,19 @@ async def fetch(http: aiohttp.ClientSession, url: str, request: EvalRequest,
         async with http.post(url + request.path, json=request.body) as resp:
             status = resp.status
             if status >= 400:
-                detail = (await resp.text(errors="replace"))[:ERROR_DETAIL_CHARS]
+                head = await resp.content.read(4 * ERROR_DETAIL_CHARS)
+                detail = head.decode("utf-8", "replace")[:ERROR_DETAIL_CHARS]
             elif resp.content_type == "text/event-stream":
+                size = 0
                 async for chunk in resp.content.iter_any():
+                    size += len(chunk)
+                    if size > boundedhttp.MAX_ANSWER_BYTES:
+                        raise boundedhttp.over_size(url + request.path,
+                                                    boundedhttp.MAX_ANSWER_BYTES)
                     builder.on_chunk(chunk, time.perf_counter())
             else:
-                builder.on_body(await resp.read(), time.perf_counter())
+                body = await read_bounded(resp, url + request.path)
+                builder.on_body(body, time.perf_counter())
     except asyncio.TimeoutError:
         return Answer(builder.finish(status, time.perf_counter(), error="timeout"))
     except (aiohttp.ClientError, OSError) as exc:

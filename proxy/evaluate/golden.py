@@ -2,12 +2,14 @@
 
 Line 1 is a header (`{"golden": FORMAT, "engine": {...}, ...}`: the engine's URL,
 version and model); each further line one request with the answer as the proxy's
-`Capture` knows it (token ids, top logprobs, finish reason, length, timings). The
-request holds the user's prompt (it is their set); the answer's text is kept only
-with `--store-text`, token ids and top-k logprobs always (the comparison needs them).
-Without text the answer's fields are kept as keyed hashes (proxy.compare.digest) under a
-random key in the header (`digest_key`), so `eval compare` still names the field and
-choice that diverged first; with text, the full answer (and so the position too).
+`Capture` knows it (finish reason, length, timings, and what gives its text). The
+request holds the user's prompt (it is their set); the answer itself is kept only
+with `--store-text`: its text, token ids, sampled tokens and top-k logprobs. Without
+it the answer's fields are kept as keyed hashes (proxy.compare.digest) under a random
+key in the header (`digest_key`), its token ids as chained keyed hashes of 16-id blocks
+(`token_id_blocks`), and no logprobs (their token strings are the text): `eval compare`
+still names the field and choice that diverged first and the 16 tokens it diverged in,
+not vLLM's top-k closeness; with text, the full answer (the exact position, closeness).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from proxy.compare.answer import Answer as ClientAnswer
 from proxy.compare.answer import answer_from_json, answer_json
-from proxy.compare.digest import digest_answer, new_key
+from proxy.compare.digest import ID_BLOCK_TOKENS, digest_answer, digest_ids, new_key
 from proxy.compare.types import Capture, Role
 from proxy.credentials import without_credentials
 from proxy.evaluate.client import Answer, EngineInfo
@@ -27,6 +29,7 @@ from proxy.evaluate.jsonl import EvalInputError, read_objects, write_objects
 from proxy.evaluate.prompts import EvalRequest, endpoint_of
 
 FORMAT = 1
+MAX_TOKEN_ID = 2**31 - 1  # vocabularies are far smaller; an id beyond is not one
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class GoldenEntry:
     capture: Capture
     started_s: float
     digest_key: bytes | None = None  # the file's key when its answers are digested
+    id_blocks: tuple[int, ...] | None = None  # digest_ids of the ids (a file without text)
 
 
 @dataclass(frozen=True)
@@ -47,14 +51,23 @@ class Golden:
 def capture_json(cap: Capture, store_text: bool,
                  digest_key: bytes | None = None) -> dict[str, Any]:
     """`cap` for the golden file: the answer in full with `store_text`, else its fields'
-    keyed hashes under `digest_key` (none without a key: as files before digests)."""
+    and its token ids' keyed hashes under `digest_key` (none without a key)."""
     answer: ClientAnswer | None = cap.answer
-    if answer is not None and not store_text:
-        answer = None if digest_key is None else digest_answer(answer, digest_key)
+    blocks = None
+    if not store_text:
+        if answer is not None:
+            answer = None if digest_key is None else digest_answer(answer, digest_key)
+        if cap.token_ids is not None and digest_key is not None:
+            blocks = [f"{b:016x}" for b in digest_ids(cap.token_ids, digest_key)]
     return {
         "status": cap.status, "error": cap.error, "finish_reason": cap.finish_reason,
-        "output_tokens": cap.output_tokens, "token_ids": cap.token_ids,
-        "top_logprobs": cap.top_logprobs, "sampled_tokens": cap.sampled_tokens,
+        "output_tokens": cap.output_tokens,
+        # Ids and logprobs give the text back (a tokenizer decodes ids; the logprobs'
+        # token strings are the text): kept only with --store-text.
+        "token_ids": cap.token_ids if store_text else None,
+        "token_id_blocks": blocks,
+        "top_logprobs": cap.top_logprobs if store_text else None,
+        "sampled_tokens": cap.sampled_tokens if store_text else None,
         "ttft_s": cap.ttft_s, "itl_s": cap.itl_s, "e2e_s": cap.e2e_s,
         "text": cap.text if store_text else None,
         # Every field and choice, for the field comparison (text: only with --store-text).
@@ -71,6 +84,11 @@ def capture_from_json(obj: dict[str, Any], role: Role, backend: str) -> Capture:
     sampled = obj.get("sampled_tokens")
     if ids is not None and not (isinstance(ids, list) and all(_is_int(i) for i in ids)):
         raise ValueError(f"token_ids must be a list of JSON integers, got {str(ids)[:80]}")
+    for i, token in enumerate(ids or ()):
+        if not 0 <= token <= MAX_TOKEN_ID:
+            shown = token if abs(token) < 10**12 else f"an integer of {len(str(token))} digits"
+            raise ValueError(f"token_ids[{i}] must be a token id in 0..{MAX_TOKEN_ID}, "
+                             f"got {shown}")
     if top is not None and not (isinstance(top, list) and all(
             d is None or (isinstance(d, dict) and all(_is_number(v) for v in d.values()))
             for d in top)):
@@ -107,6 +125,36 @@ def capture_from_json(obj: dict[str, Any], role: Role, backend: str) -> Capture:
         error=obj.get("error"),
         answer=answer_from_json(obj.get("answer")),
     )
+
+
+def check_lengths(obj: dict[str, Any], choices: int) -> tuple[int, ...] | None:
+    """The answer's `token_id_blocks` (as digest_ids gives them), after checking that its
+    ids or blocks cover `output_tokens` (one choice: usage counts only its tokens)."""
+    raw = obj.get("token_id_blocks")
+    blocks = None
+    if raw is not None:
+        if not isinstance(raw, list) or not all(
+                isinstance(b, str) and len(b) == 16 and _is_hex(b) for b in raw):
+            raise ValueError(f"token_id_blocks must be a list of 16 hex digits each, got "
+                             f"{str(raw)[:80]}")
+        blocks = tuple(int(b, 16) for b in raw)
+    count, ids = obj.get("output_tokens"), obj.get("token_ids")
+    if choices != 1 or count is None:
+        return blocks
+    if ids is not None and len(ids) != count:
+        raise ValueError(f"output_tokens is {count} but token_ids holds {len(ids)} ids")
+    if blocks is not None and len(blocks) != -(-count // ID_BLOCK_TOKENS):
+        raise ValueError(f"output_tokens is {count} but token_id_blocks holds {len(blocks)} "
+                         f"blocks of {ID_BLOCK_TOKENS} ids")
+    return blocks
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_int(value: Any) -> bool:
@@ -161,10 +209,14 @@ def read_golden(path: str) -> Golden:
             endpoint = endpoint_of(body, source)
             request = EvalRequest(endpoint, body, str(obj.get("source") or source))
             capture = capture_from_json(obj["answer"], "primary", "golden")
-            if capture.answer is not None and capture.answer.digested and key is None:
+            n = body.get("n")
+            blocks = check_lengths(obj["answer"], n if type(n) is int and n > 0 else 1)
+            digested = blocks is not None or (capture.answer is not None
+                                              and capture.answer.digested)
+            if digested and key is None:
                 raise ValueError("digested answer but no digest_key in the header")
             entries.append(GoldenEntry(request, capture, float(obj.get("started_s") or 0.0),
-                                       key))
+                                       key, blocks))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, EvalInputError):
                 raise

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import cast
 
 from proxy.compare.diff import compare
-from proxy.compare.digest import digest_answer
+from proxy.compare.digest import ID_BLOCK_TOKENS, digest_answer, digest_ids
 from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts, VerdictName, evaluate
 from proxy.compare.request import request_meta
 from proxy.compare.stats import percentile, wilson_interval
@@ -73,6 +73,13 @@ def comparisons(golden: Sequence[GoldenEntry], answers: Sequence[Capture],
         meta = request_meta(entry.request.body, entry.request.endpoint)
         assert meta is not None  # a golden request is a JSON object
         golden_cap, gold = entry.capture, entry.capture.answer
+        id_block = 1
+        if entry.id_blocks is not None and entry.digest_key is not None:
+            # Ids kept as block hashes: the new ids hashed alike, a divergence placed in a block.
+            id_block = ID_BLOCK_TOKENS
+            golden_cap = replace(golden_cap, token_ids=entry.id_blocks)
+            if cap.token_ids is not None:
+                cap = replace(cap, token_ids=digest_ids(cap.token_ids, entry.digest_key))
         if gold is not None and gold.digested and cap.answer is not None \
                 and entry.digest_key is not None:  # compared as hashes under the file's key
             cap = replace(cap, answer=digest_answer(cap.answer, entry.digest_key))
@@ -81,7 +88,7 @@ def comparisons(golden: Sequence[GoldenEntry], answers: Sequence[Capture],
                 golden_cap = replace(golden_cap, text=gold.choices[0].content)
                 cap = replace(cap, text=cap.answer.choices[0].content)
         out.append(compare(golden_cap, cap, meta, "baseline" if against == "baseline"
-                           else "shadow"))
+                           else "shadow", id_block))
     return out
 
 

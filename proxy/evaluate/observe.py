@@ -3,12 +3,10 @@ the GPUs (NVML). Each reader returns data or raises EvalInputError naming the UR
 
 from __future__ import annotations
 
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
+from proxy import boundedhttp
 from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.results import GpuReading
 
@@ -21,15 +19,22 @@ REQUIRED_VLLM_SERIES = (
 )
 
 
-def http_get(url: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
+def http_get(url: str, timeout_s: float = 10.0,
+             max_bytes: int = boundedhttp.MAX_ANSWER_BYTES) -> tuple[int, bytes]:
+    """(status, body) within `timeout_s` in all and `max_bytes`: AnswerOverLimit beyond
+    (no verdict); EvalInputError when `url` cannot be reached."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            return int(resp.status), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise EvalInputError(f"cannot reach {url}: {reason}") from None
+        return boundedhttp.get(url, timeout_s, max_bytes)
+    except boundedhttp.Unreachable as exc:
+        raise EvalInputError(str(exc)) from None
+
+
+def json_of(body: bytes, url: str) -> Any:
+    """An answer as JSON; EvalInputError naming `url` when not JSON or nested too deep."""
+    try:
+        return boundedhttp.json_answer(body, url)
+    except ValueError as exc:
+        raise EvalInputError(str(exc)) from None
 
 
 def engine_samples(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -64,11 +69,8 @@ def instance_of(url: str) -> str:
 def prom_api(prom_url: str, path: str, **params: str) -> Any:
     query = urllib.parse.urlencode(params)
     status, body = http_get(f"{prom_url.rstrip('/')}{path}" + (f"?{query}" if query else ""))
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        raise EvalInputError(f"{prom_url}{path} answered HTTP {status}, not JSON") from None
-    if status != 200 or doc.get("status") != "success":
+    doc = json_of(body, f"{prom_url}{path} (HTTP {status})")
+    if status != 200 or doc.get("status") != "success":  # not an object: no verdict
         raise EvalInputError(f"{prom_url}{path} answered HTTP {status}: {doc.get('error')}")
     return doc["data"]
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
+
+from proxy import boundedhttp
 
 __all__ = ["MAX_ANSWER_BYTES", "PrometheusClient", "PrometheusUnavailable", "Sample"]
 
@@ -54,18 +55,19 @@ class PrometheusClient:
                      **({"Authorization": f"Bearer {self.bearer_token}"}
                         if self.bearer_token else {})})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read(MAX_ANSWER_BYTES + 1)
-            if len(raw) > MAX_ANSWER_BYTES:
-                raise PrometheusUnavailable(f"{self.url} answered more than "
-                                            f"{MAX_ANSWER_BYTES} bytes to {promql!r}")
-            payload = json.loads(raw)
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(500).decode("utf-8", "replace")
-            raise PrometheusUnavailable(f"{self.url} answered {exc.code} to {promql!r}: "
-                                        f"{detail}") from None
-        except (urllib.error.URLError, OSError, ValueError, RecursionError) as exc:
+            status, raw = boundedhttp.get(request, self.timeout_s, MAX_ANSWER_BYTES)
+        except boundedhttp.AnswerOverLimit as exc:
+            raise PrometheusUnavailable(f"{exc} (query {promql!r})") from None
+        except boundedhttp.Unreachable as exc:
             raise PrometheusUnavailable(f"cannot query {self.url}: {exc}") from None
+        if status != 200:
+            detail = raw[:500].decode("utf-8", "replace")
+            raise PrometheusUnavailable(f"{self.url} answered {status} to {promql!r}: "
+                                        f"{detail}")
+        try:
+            payload = boundedhttp.json_answer(raw, self.url)
+        except ValueError as exc:
+            raise PrometheusUnavailable(f"{exc} (query {promql!r})") from None
         return _vector(payload, promql)
 
 

@@ -18,7 +18,7 @@ __all__ = ["SHED_REASONS", "FleetQueries", "Selector", "parse_selector", "parse_
 
 # The reasons `proxy.mirror.admission.Admission.shed` counts a sampled request as not
 # mirrored (the admission tally the per-sidecar gate reads); the metric's other reasons
-# (malformed_json, shadow_down, baseline_down) are not in its coverage either.
+# (shadow_down, baseline_down) are not in its coverage either.
 SHED_REASONS = ("inflight_cap", "overload", "worker_busy", "worker_down", "worker_lost")
 DEFAULT_SELECTOR = '{job="vllm-cutover"}'
 _MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')

@@ -152,7 +152,8 @@ def read_evidence(client: PrometheusClient, queries: FleetQueries) -> FleetEvide
         baseline_vs_old=MatchCounts(base["match"] + base["diverged"], base["diverged"])
         if has_baseline else None,
         latency=latency, requests=requests, errors=errors,
-        admission=AdmissionCounts.of([("eligible", sampled), *shed]) if sampled else None)
+        admission=AdmissionCounts.of([("eligible", sampled), *shed]) if sampled else None,
+        paired=False)  # histograms: no request is known on both sides
     old_low = {"primary": "low", "baseline": "low", "shadow": "high"}
     old_high = {"primary": "high", "baseline": "high", "shadow": "low"}
     edges = (replace(inputs, latency=latency_at(old_low)),  # type: ignore[arg-type]

@@ -106,6 +106,18 @@ FLASHINFER_MOE_FAMILIES: dict[str, frozenset[Family]] = {
     "flashinfer_trtllm": frozenset({"sm100"}),
     "flashinfer_cutedsl": frozenset({"sm100"}),
 }
+# vLLM's own condition for each NVFP4 linear backend, by family (the sources above:
+# CuTe-DSL and TRT-LLM are family 100 only, FlashInfer CUTLASS and vLLM's CUTLASS need
+# native FP4, b12x 12.x, Marlin 7.5+); a FlashInfer one must also be listed by mm_fp4.
+VLLM_LINEAR_FAMILIES: dict[str, frozenset[Family]] = {
+    "flashinfer_cutedsl": frozenset({"sm100"}),
+    "flashinfer_cutlass": NATIVE_FP4,
+    "flashinfer_trtllm": frozenset({"sm100"}),
+    "flashinfer_cudnn": NATIVE_FP4,
+    "flashinfer_b12x": frozenset({"sm120"}),
+    "cutlass": NATIVE_FP4,
+    "marlin": frozenset({"marlin", *NATIVE_FP4}),
+}
 
 
 def family_of(cc: Capability | None) -> Family:

@@ -37,6 +37,12 @@ def _mechanism(scope: Scope, backend: str, target: Version) -> tuple[Mechanism, 
     return None
 
 
+def mechanism_for(scope: Scope, backend: str, target: Version) -> tuple[Mechanism, str] | None:
+    """How release `target` selects `backend` (the mechanism and the backend's spelling in
+    it), None when it has no way to; what `vllm-cutover tune --kernels auto` asks."""
+    return _mechanism(scope, backend, target)
+
+
 def _keeps(match: Match, target: Version) -> bool:
     """Honoured, not deprecated, and (where the table spells its value) valid at `target`."""
     source = match.source

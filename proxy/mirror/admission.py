@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from multidict import CIMultiDict
 
@@ -79,8 +79,8 @@ class Admission:
         self.metrics.sampled.inc()
         return True
 
-    def start(self, routes: Routes, path: str, headers: CIMultiDict[str], body: bytes,
-              endpoint: Endpoint) -> ExchangeHandle | None:
+    def start(self, routes: Routes, path: str, headers: CIMultiDict[str],
+              request: dict[str, Any], endpoint: Endpoint) -> ExchangeHandle | None:
         """Begin mirroring one request (None: not mirrored, and why is counted)."""
         raise NotImplementedError
 

@@ -17,17 +17,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from proxy.compare.request import endpoint_for_path, unmirrorable
+from proxy.compare.request import (
+    UNREADABLE,
+    UnreadableRequest,
+    endpoint_for_path,
+    read_request,
+    unmirrorable,
+)
 from proxy.compare.stats import mann_whitney
+from proxy.compare.types import Endpoint
 from proxy.cutover.service import CUTOVER_KEY, CutoverService
 from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
-from proxy.mirror.admission import Admission
+from proxy.mirror.admission import Admission, ExchangeHandle
+from proxy.mirror.candidates import CANDIDATES_KEY, CandidateMirrors, joined
 from proxy.mirror.config import ProxyConfig
 from proxy.mirror.control import MirrorControl
 from proxy.mirror.evidence import Evidence, LocalEvidence, WorkerEvidence
@@ -36,12 +46,13 @@ from proxy.mirror.listener import HEAD_LIMITS, GuardedRequestHandler, RateLimite
 from proxy.mirror.peers import PeerGuard
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
 from proxy.mirror.route_state import restore_routes, route_persister
-from proxy.mirror.upstream.routing import Router, make_pool_factory
+from proxy.mirror.upstream.routing import Router, Routes, make_pool_factory
 from proxy.mirror.verdict import current_verdict, refresh_verdict_forever
 from proxy.mirror.worker.remote import RemoteMirror
 from proxy.statefile import StateFile
 from proxy.store import RecordStore, SqliteStore
 from proxy.tasks import BackgroundTasks, cancel_all, start_task
+from proxy.tune.service import TUNE_KEY, TuneService
 
 if TYPE_CHECKING:
     from proxy.cutover.docker_driver import DockerDriver
@@ -86,11 +97,26 @@ async def _relay_request(request: web.Request) -> web.StreamResponse:
                                     "chunked encoding")
         response.force_close()
         return response
+    config = app[CONFIG_KEY]
     try:
-        body = await request.read()
+        body = await _read_body(request, config.body_timeout_s)
+    except asyncio.TimeoutError:
+        metrics.proxy_errors.labels("408").inc()
+        app[REFUSALS_KEY].warning(
+            "closed a request whose body did not arrive within --body-timeout %g s "
+            "(Content-Length %s) for %s %s (408)", config.body_timeout_s,
+            request.content_length, request.method, request.path)
+        response = proxy_error(408, f"request body not received within "
+                                    f"{config.body_timeout_s:g} s")
+        response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+        # Closed now: aiohttp would otherwise linger up to 10 s for the rest of the body.
+        request.protocol.force_close()
+        return response
     except web.HTTPRequestEntityTooLarge:
         metrics.proxy_errors.labels("413").inc()
-        limit = app[CONFIG_KEY].max_body_bytes
+        limit = config.max_body_bytes
         app[REFUSALS_KEY].warning(
             "refused a request body over --max-body-bytes: more than %d bytes (Content-Length "
             "%s) for %s %s (413)", limit, request.content_length, request.method, request.path)
@@ -103,13 +129,7 @@ async def _relay_request(request: web.Request) -> web.StreamResponse:
     headers = request_headers(request.headers)
     exchange = None
     if endpoint is not None:
-        mirror = app[MIRROR_KEY]
-        if mirror.wants(routes, request.headers):
-            stateful = unmirrorable(body, endpoint)
-            if stateful is not None:
-                mirror.shed(routes, stateful)
-            else:
-                exchange = mirror.start(routes, request.raw_path, headers, body, endpoint)
+        exchange = _mirror(request, routes, headers, body, endpoint)
     result = RelayResult()
     try:
         return await relay(request, primary, body, headers, result,
@@ -122,6 +142,47 @@ async def _relay_request(request: web.Request) -> web.StreamResponse:
                                 endpoint or "other", status_class(result.status)).inc()
         if result.error in ("connect", "timeout"):
             metrics.proxy_errors.labels("502" if result.error == "connect" else "504").inc()
+
+
+def _mirror(request: web.Request, routes: Routes, headers: CIMultiDict[str], body: bytes,
+            endpoint: Endpoint) -> ExchangeHandle | None:
+    """Start mirroring a sampled request (and, during a tune's race, every candidate's
+    copy), or count why not. Its body is read here, once; one the proxy cannot read (or a
+    stateful Responses request) goes to the primary only."""
+    app = request.app
+    mirror = app[MIRROR_KEY]
+    wanted = mirror.wants(routes, request.headers)
+    candidates = app.get(CANDIDATES_KEY)
+    racing = candidates is not None and candidates.racing()
+    if not wanted and not racing:
+        return None
+    try:
+        req = read_request(body, app[CONFIG_KEY].max_body_bytes)
+    except UnreadableRequest as exc:
+        if wanted:
+            mirror.shed(routes, UNREADABLE)
+            app[REFUSALS_KEY].warning("not mirrored: the body of %s %s is %s (relayed to "
+                                      "the primary as sent)", request.method, request.path,
+                                      exc)
+        return None
+    exchange = None
+    stateful = unmirrorable(req, endpoint)
+    if wanted:
+        if stateful is not None:
+            mirror.shed(routes, stateful)
+        else:
+            exchange = mirror.start(routes, request.raw_path, headers, req, endpoint)
+    if racing and candidates is not None and stateful is None:
+        exchange = joined(exchange, candidates.start(routes, request.raw_path, headers, req,
+                                                     endpoint))
+    return exchange
+
+
+async def _read_body(request: web.Request, timeout_s: float) -> bytes:
+    if sys.version_info >= (3, 11):  # no task per request (wait_for makes one)
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
+    return await asyncio.wait_for(request.read(), timeout_s)
 
 
 def _framed(request: web.Request) -> bool:
@@ -150,6 +211,7 @@ def build_app(config: ProxyConfig, registry: CollectorRegistry | None = None) ->
         app.cleanup_ctx.append(_tasks_ctx)
     app.cleanup_ctx.append(_control_ctx)
     app.cleanup_ctx.append(_cutover_ctx)
+    app.cleanup_ctx.append(_tune_ctx)
     if config.main_metrics_path:
         app.router.add_get(config.main_metrics_path, metrics_handler)
     app.router.add_route("*", "/{tail:.*}", handle)
@@ -160,7 +222,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG_KEY].store
     metrics = app[METRICS_KEY]
     sync = SqliteStore(config.db_path, config.retention_rows, config.store_text)
-    store = RecordStore(sync, on_drop=metrics.records_dropped.inc)
+    store = RecordStore(sync, on_drop=metrics.drop_records)
     store.start()
     app[STORE_KEY] = store
     yield
@@ -214,6 +276,19 @@ async def _cutover_ctx(app: web.Application) -> AsyncIterator[None]:
     await service.close()
     if driver is not None:
         await asyncio.to_thread(driver.close)
+
+
+async def _tune_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The tune service (it promotes through the cutover service) and its candidates'
+    mirrors: a race's traffic goes to every candidate still racing."""
+    config = app[CONFIG_KEY]
+    service = TuneService(app[STATE_KEY], app[CONTROL_KEY], app[CUTOVER_KEY], config.gate)
+    await service.open()
+    app[TUNE_KEY] = service
+    mirrors = app[CANDIDATES_KEY] = CandidateMirrors(config, service)
+    yield
+    await service.close()
+    await mirrors.close(config.drain_timeout_s)
 
 
 async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -16,6 +16,9 @@ from proxy.compare.gate import GateCriteria
 from proxy.credentials import redact
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+# An answer with top-20 logprobs for 8k tokens is about 10 MB; a shadow answering more
+# is recorded too_large and not read further (40 such at once: 1.3 GB, given back after).
+DEFAULT_MAX_SHADOW_ANSWER_BYTES = 32 * 1024 * 1024
 MAIN_METRICS_PATH = "/_vllm_cutover/metrics"
 
 
@@ -63,11 +66,15 @@ class MirrorConfig:
     sample_header: str | None = None  # consistent sampling by this header's hash
     shadow_timeout_s: float = 120.0
     max_shadow_inflight: int = 256
+    # A shadow (or baseline) answer larger than this is recorded too_large, not read on.
+    max_shadow_answer_bytes: int = DEFAULT_MAX_SHADOW_ANSWER_BYTES
     tokenize_concurrency: int = 4
     tokenize_timeout_s: float = 10.0
-    # The baseline only measures old-vs-old token noise; unstreamed, its answer is parsed
-    # once instead of per event (same tokens), which saves the proxy a third of its CPU.
-    baseline_stream: bool = False
+    # Streamed to like the shadow, the baseline is old's timing read by the same capture
+    # worker the same way (like with like, paired per request: the gate's latency
+    # reference). Off: unstreamed, parsed once (same tokens, a third less proxy CPU), and
+    # streamed latency falls back to the relay-read primary.
+    baseline_stream: bool = True
     # Overload (proxy.mirror.load): while the proxy's event loop runs this late (moving
     # average) and its own thread uses at least `overload_busy` of a CPU, new requests are
     # not mirrored (shadow_dropped{reason="overload"}). Lag alone would shed whenever other
@@ -88,6 +95,9 @@ class MirrorConfig:
             raise ConfigError(
                 f"--max-shadow-inflight must be >= 0, got {self.max_shadow_inflight!r}"
             )
+        if self.max_shadow_answer_bytes < 1024:
+            raise ConfigError(f"--max-shadow-answer-bytes must be >= 1024, got "
+                              f"{self.max_shadow_answer_bytes!r}")
         if not self.overload_lag_s >= 0:
             raise ConfigError(f"overload lag must be >= 0 s, got {self.overload_lag_s!r}")
         if not 0 <= self.overload_busy <= 1:
@@ -160,6 +170,10 @@ class ProxyConfig:
     # its previous answer (nginx's client_header_timeout default); it bounds idle
     # keep-alive connections too (nginx: 75 s).
     header_timeout_s: float = 60.0
+    # The whole request body must arrive within this long of its head (a total bound,
+    # stricter than nginx's client_body_timeout between two reads): a body trickling in
+    # byte by byte is answered 408 and its connection closed.
+    body_timeout_s: float = 60.0
     # Idle connections (no request in flight) one client IP may hold; one more closes
     # its oldest. High enough for a gateway's keep-alive pool in front of the proxy.
     max_idle_per_client: int = 256
@@ -196,6 +210,8 @@ class ProxyConfig:
                                   f"got {self.state_file!r}")
         if not (math.isfinite(self.header_timeout_s) and self.header_timeout_s > 0):
             raise ConfigError(f"--header-timeout must be > 0 s, got {self.header_timeout_s!r}")
+        if not (math.isfinite(self.body_timeout_s) and self.body_timeout_s > 0):
+            raise ConfigError(f"--body-timeout must be > 0 s, got {self.body_timeout_s!r}")
         if self.max_idle_per_client < 1:
             raise ConfigError(f"--max-idle-per-client must be >= 1, got "
                               f"{self.max_idle_per_client!r}")

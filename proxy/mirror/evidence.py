@@ -58,7 +58,8 @@ class LocalEvidence:
 
     async def aggregates(self) -> dict[str, Any]:
         self._flush()
-        return (await self.store.call(SqliteStore.aggregates)).as_json()
+        return {**(await self.store.call(SqliteStore.aggregates)).as_json(),
+                "records_dropped": dict(self.store.dropped)}
 
     async def records(self, after_id: int, limit: int) -> list[dict[str, Any]]:
         return await self.store.call(records_page, after_id, limit)

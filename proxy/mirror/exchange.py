@@ -13,19 +13,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import json
 import logging
 import os
 import time
 from collections.abc import Callable
 from time import perf_counter
-from typing import Literal
+from typing import Any, Literal
 
 from multidict import CIMultiDict
 
 from proxy.compare.capture import CaptureBuilder
 from proxy.compare.diff import compare
-from proxy.compare.request import json_bytes, prepare
+from proxy.compare.request import PreparedRequest, json_bytes, prepare
 from proxy.compare.types import Capture, Endpoint, ExchangeRecord, RequestMeta, Role
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.admission import Admission
@@ -48,9 +47,11 @@ def _with_ids(capture: Capture, ids: tuple[int, ...]) -> Capture:
                                output_tokens=tokens)
 
 
-def unstreamed(body: bytes) -> bytes:
-    """The same request without streaming (the body is a JSON object: prepare() said so)."""
-    request = json.loads(body)
+def unstreamed(prepared: PreparedRequest) -> bytes:
+    """The shadow's request without streaming."""
+    request = dict(prepared.request)
+    if prepared.meta.endpoint != "responses":
+        request["return_token_ids"] = True
     request["stream"] = False
     request.pop("stream_options", None)
     return json_bytes(request)
@@ -68,13 +69,13 @@ class Mirror(Admission):
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
 
-    def start(self, routes: Routes, path: str, headers: CIMultiDict[str], body: bytes,
-              endpoint: Endpoint, *, admitted: bool = False,
+    def start(self, routes: Routes, path: str, headers: CIMultiDict[str],
+              request: dict[str, Any], endpoint: Endpoint, *, admitted: bool = False,
               started: tuple[float, float] | None = None) -> Exchange | None:
         """Begin mirroring unless over the in-flight cap (then count the drop).
 
-        Only cheap bookkeeping happens here; parsing the body and sending the mirrored
-        requests run in a task, after the primary request has gone out. `admitted`: the
+        `request` is the body as `read_request` read it. Only cheap bookkeeping happens
+        here; what the mirrored requests send is built in a task, after the primary request has gone out. `admitted`: the
         caller already decided (the capture worker); `started`: (time.time(),
         perf_counter()) of the client's request when it arrived elsewhere.
         """
@@ -83,7 +84,7 @@ class Mirror(Admission):
         if self.tasks.closing:
             return None
         exchange = Exchange(self, routes, f"{self._id_prefix}-{next(self._ids)}", started)
-        exchange.launch(path, headers, body, endpoint)
+        exchange.launch(path, headers, request, endpoint)
         return exchange
 
     def flush_admission(self) -> None:
@@ -106,13 +107,14 @@ class Exchange:
         self.primary_label = mirror.metrics.backend_label(routes.primary.url)
         self.builder = CaptureBuilder("primary", self.primary_label, t_start)
         self.on_done: Callable[[], None] | None = None  # called once everything is recorded
+        self.on_record: Callable[[ExchangeRecord], None] | None = None  # a tune's race
         self.others: list[tuple[Role, asyncio.Future[Capture]]] = []
         self.auth: CIMultiDict[str] = CIMultiDict()
         self._held: list[Upstream] = [routes.primary.acquire()]
         self._starter: asyncio.Task[None] | None = None
         self.request_json: str | None = None  # kept only when the store keeps text
 
-    def launch(self, path: str, headers: CIMultiDict[str], body: bytes,
+    def launch(self, path: str, headers: CIMultiDict[str], request: dict[str, Any],
                endpoint: Endpoint) -> None:
         mirror = self.mirror
         mirror.inflight += 1
@@ -124,14 +126,14 @@ class Exchange:
         for upstream in (self.routes.shadow, self.routes.baseline):
             if upstream is not None:
                 self._held.append(upstream.acquire())
-        self._starter = mirror.tasks.spawn(self._start(path, headers, body, endpoint),
+        self._starter = mirror.tasks.spawn(self._start(path, headers, request, endpoint),
                                            f"mirror-{self.request_id}")
 
-    async def _start(self, path: str, headers: CIMultiDict[str], body: bytes,
+    async def _start(self, path: str, headers: CIMultiDict[str], request: dict[str, Any],
                      endpoint: Endpoint) -> None:
-        """Parse the body and send the mirrored requests (no await: runs whole or never)."""
+        """Build and send the mirrored requests (no await: runs whole or never)."""
         mirror = self.mirror
-        prepared = prepare(body, endpoint)
+        prepared = prepare(request, endpoint)
         if prepared is None:
             mirror.metrics.shadow_dropped.labels("malformed_json").inc()
             return
@@ -139,7 +141,7 @@ class Exchange:
         store = mirror.store
         if store is not None and store.sync.store_text:
             # The operator asked for text: the request then replays (`eval record --records`).
-            self.request_json = body.decode("utf-8", "replace")
+            self.request_json = json_bytes(request).decode("utf-8", "replace")
         headers = mirror_headers(headers)
         sides: tuple[tuple[Role, Upstream | None], ...] = (
             ("shadow", self.routes.shadow), ("baseline", self.routes.baseline))
@@ -155,7 +157,7 @@ class Exchange:
             try:
                 body = prepared.shadow_body
                 if role == "baseline" and self.meta.stream and not mirror.config.baseline_stream:
-                    body = unstreamed(body)
+                    body = unstreamed(prepared)
             except Exception as exc:  # noqa: BLE001 - a lost mirror is data, never silent
                 if upstream.should_warn():
                     log.warning("%s %s: request not mirrored: %s: %s", role, upstream.url,
@@ -163,7 +165,8 @@ class Exchange:
                 self._lost(role, label, "internal", f"{role}_internal")
                 continue
             coro = fetch_capture(upstream, role, label, path, headers, body,
-                                 mirror.config.shadow_timeout_s)
+                                 mirror.config.shadow_timeout_s,
+                                 mirror.config.max_shadow_answer_bytes)
             task = mirror.tasks.spawn(coro, f"{role}-{self.request_id}")
             if task is None:
                 self._lost(role, label, "shutdown", f"{role}_shutdown")
@@ -286,6 +289,8 @@ class Exchange:
                    "urls": self.routes.urls()},
         )
         metrics.evidence.observe(record)
+        if self.on_record is not None:
+            self.on_record(record)
         if self.request_json is not None:
             record.extra["request"] = self.request_json
         if self.mirror.store is not None:

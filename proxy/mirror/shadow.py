@@ -20,12 +20,13 @@ from multidict import CIMultiDict
 from proxy.compare.capture import CaptureBuilder
 from proxy.compare.request import json_bytes
 from proxy.compare.types import Capture, Role
+from proxy.mirror.config import DEFAULT_MAX_SHADOW_ANSWER_BYTES
 from proxy.mirror.upstream.http1 import Feed, Http1Connection, UpstreamError, within
 from proxy.mirror.upstream.routing import Upstream
 
 log = logging.getLogger(__name__)
 
-MAX_SHADOW_RESPONSE_BYTES = 64 * 1024 * 1024
+MAX_SHADOW_RESPONSE_BYTES = DEFAULT_MAX_SHADOW_ANSWER_BYTES
 MAX_TOKENIZE_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
@@ -67,10 +68,12 @@ async def fetch_capture(
     headers: CIMultiDict[str],
     body: bytes,
     timeout_s: float,
+    max_bytes: int = MAX_SHADOW_RESPONSE_BYTES,
 ) -> Capture:
     """POST the mirrored request and capture the answer; never raises.
 
-    `headers` are already as `mirror_headers` makes them. Cancellation (the client
+    `headers` are already as `mirror_headers` makes them. An answer over `max_bytes` is
+    recorded `too_large`: nothing more is read and what was held is freed. Cancellation (the client
     went away, or shutdown) closes the connection, so the backend aborts the
     generation, and yields a Capture marked cancelled.
     """
@@ -91,7 +94,8 @@ async def fetch_capture(
             parse(payload, t)
             if builder.error is not None:
                 conn.fail(builder.error)  # garbage: stop reading at once
-            elif conn.received > MAX_SHADOW_RESPONSE_BYTES:
+            elif conn.received > max_bytes:
+                builder.abandon("too_large")  # what was held goes now, the rest unread
                 conn.fail("too_large")
 
         return feed

@@ -140,7 +140,7 @@ async def test_promote_force_and_refused_promote(stub: Stub, capsys) -> None:
 async def test_status_text_and_json(stub: Stub, capsys) -> None:
     assert await run(stub.url, "status") == 0
     out = capsys.readouterr().out
-    assert "cutover c0ffee01: phase shadowing  verdict inconclusive  samples 12/50  240s left" \
+    assert "cutover c0ffee01: phase shadowing  verdict inconclusive  samples 12/50  deadline in 240s" \
         in out
     assert "primary: old   http://old:8000  image vllm:0.31  vLLM 0.31.0" in out
     assert "shadow:  new   http://new:8000" in out and "reason:  12 < 50 samples" in out

@@ -21,7 +21,7 @@ from proxy.demo.traffic import answer_text, demo_requests
 def _demo(tmp_path: Path, *args: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "proxy", "demo", "--out-dir", str(tmp_path), *args],
-        check=False, capture_output=True, text=True, timeout=180,
+        check=False, capture_output=True, text=True, timeout=420,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout

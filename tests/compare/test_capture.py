@@ -100,7 +100,9 @@ def test_mid_stream_error_event_ends_capture_with_error(chat_stream: Callable[..
 
 @pytest.mark.parametrize("payload", [b"data: {not json\n\n", b"data: [1, 2]\n\n", b"data: {} x\n\n",
                                      b"data: \n\n", b'data: {"a": 1\n\n',
-                                     b'data: {"choices": 5}\n\n', b'data: {"choices": [3]}\n\n'])
+                                     b'data: {"choices": 5}\n\n', b'data: {"choices": [3]}\n\n',
+                                     b"data: " + b"[" * 100_000 + b"\n\n",
+                                     b'data: {"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n\n"])
 def test_invalid_sse_or_json_becomes_error_without_raising(payload: bytes) -> None:
     builder = CaptureBuilder("shadow", "new", 0.0)
     builder.on_chunk(b'data: {"choices": [{"index": 0, "text": "ok"}]}\n\n', 0.5)
@@ -109,6 +111,12 @@ def test_invalid_sse_or_json_becomes_error_without_raising(payload: bytes) -> No
     cap = builder.finish(200, 1.0)
     assert cap.error == "invalid_sse"
     assert cap.text == "ok"
+
+
+def test_a_deeply_nested_body_is_invalid_json_not_a_recursion_error() -> None:
+    builder = CaptureBuilder("shadow", "new", 0.0, stream=False)
+    builder.on_body(b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 0.5)
+    assert builder.finish(200, 1.0).error == "invalid_json"
 
 
 def test_unterminated_final_event_is_still_parsed() -> None:

@@ -6,8 +6,10 @@ from dataclasses import replace
 
 import pytest
 
+from proxy.compare.criteria import RATIO_LIMITS
 from proxy.compare.gate import AdmissionCounts, GateCriteria, GateInputs, MatchCounts, evaluate
 from proxy.compare.stats import LatencySamples
+from proxy.compare.tally import Pairs
 
 N = 3000  # the anytime-valid bounds of a p99 need thousands of samples
 
@@ -154,9 +156,47 @@ def test_the_baseline_is_old_for_latency_when_it_has_samples() -> None:
     (here: 2x) does not make new look faster or slower."""
     samples = {"primary": latency(1, scale=0.5), "shadow": latency(2),
                "baseline": latency(3)}
-    verdict = evaluate(replace(inputs(), latency=samples))
+    pairs = {m: Pairs(samples["baseline"].metric(m), samples["shadow"].metric(m),
+                      "capture worker") for m in ("ttft", "tpot")}
+    verdict = evaluate(replace(inputs(), latency=samples, pairs=pairs))
     assert verdict.verdict == "pass", verdict.reasons
     assert verdict.details["latency"]["reference"]["ttft"] == "baseline"
+    # with a baseline, the p50s are judged on the pairs: without them, never a pass
+    unpaired = evaluate(replace(inputs(), latency=samples))
+    assert unpaired.verdict == "inconclusive"
+    assert any("TTFT p50: 0 paired requests" in r for r in unpaired.reasons)
+
+
+def _paired(n: int, ratio: float, noise: float, seed: int) -> Pairs:
+    """Per-request times driven by the request (lognormal sigma 1, as prompt lengths
+    drive TTFT) with engine noise on each side; new `ratio` times old at the median."""
+    rng = random.Random(seed)
+    old, new = [], []
+    for _ in range(n):
+        base = rng.lognormvariate(-3.0, 1.0)
+        old.append(base * rng.lognormvariate(0, noise))
+        new.append(ratio * base * rng.lognormvariate(0, noise))
+    return Pairs(tuple(old), tuple(new), "capture worker")
+
+
+@pytest.mark.parametrize(("ratio", "want"), [(1.0, "pass"), (1.3, "fail")])
+def test_paired_p50_decides_in_hundreds_where_lengths_spread_the_times(
+        ratio: float, want: str) -> None:
+    """Spread by lengths (sigma 1) hides a 30 % slowdown from the two quantiles' bounds at
+    300 requests; on pairs the lengths cancel out and both verdicts are reached."""
+    criteria = GateCriteria(**{e.field: None for e in RATIO_LIMITS if e.field !=
+                               "max_ttft_p50_ratio"})
+    pairs = _paired(300, ratio, 0.1, seed=7)
+    samples = {"primary": LatencySamples(ttft_s=pairs.old), "baseline":
+               LatencySamples(ttft_s=pairs.old), "shadow": LatencySamples(ttft_s=pairs.new)}
+    got = evaluate(replace(inputs(), latency=samples, pairs={"ttft": pairs}), criteria)
+    check = next(c for c in got.details["checks"] if c["name"] == "max_ttft_p50_ratio")
+    assert check["status"] == want, check
+    assert check["basis"] == "capture worker"
+    unpaired = evaluate(replace(inputs(), latency={
+        "primary": samples["primary"], "shadow": samples["shadow"]}), criteria)
+    check = next(c for c in unpaired.details["checks"] if c["name"] == "max_ttft_p50_ratio")
+    assert check["status"] == "inconclusive", check
 
 
 def test_the_gate_judges_the_kinds_of_traffic_there_are() -> None:

@@ -5,10 +5,13 @@ import json
 import pytest
 
 from proxy.compare.request import (
+    MAX_DEPTH,
+    UnreadableRequest,
     endpoint_for_path,
     is_deterministic,
     prepare,
     prompt_sha256,
+    read_request,
     request_meta,
     shadow_body,
     unmirrorable,
@@ -95,7 +98,7 @@ def test_responses_api_is_mirrored_unless_it_needs_server_state() -> None:
     assert endpoint_for_path("/v1/responses") == "responses"
     body = json.dumps({"input": [{"role": "user", "content": "hi"}], "temperature": 0,
                        "max_output_tokens": 9, "store": True}).encode()
-    assert unmirrorable(body, "responses") is None  # store alone: mirrored (see README)
+    assert unmirrorable(json.loads(body), "responses") is None  # store alone: mirrored
     prepared = prepare(body, "responses")
     assert prepared is not None and prepared.shadow_body == body  # no return_token_ids there
     assert (prepared.meta.endpoint, prepared.meta.max_tokens, prepared.meta.prompt_chars) == (
@@ -103,9 +106,30 @@ def test_responses_api_is_mirrored_unless_it_needs_server_state() -> None:
     for key, value, reason in (("previous_response_id", "resp_1", "responses_previous_response"),
                                ("background", True, "responses_background"),
                                ("conversation", "conv_1", "responses_conversation")):
-        stateful = json.dumps({"input": "x", key: value}).encode()
+        stateful = {"input": "x", key: value}
         assert unmirrorable(stateful, "responses") == reason
         assert unmirrorable(stateful, "chat") is None
-    assert unmirrorable(json.dumps({"input": "x", "background": False}).encode(),
-                        "responses") is None
-    assert unmirrorable(b'{"input": "background"', "responses") is None  # malformed: later
+    assert unmirrorable({"input": "x", "background": False}, "responses") is None
+
+
+def test_escaped_keys_mean_what_they_mean_to_the_engine() -> None:
+    for raw, reason in ((rb'{"input":"x","previous\u005fresponse_id":"resp_abc"}',
+                         "responses_previous_response"),
+                        (rb'{"input":"x","backgroun\u0064":true}', "responses_background")):
+        assert unmirrorable(read_request(raw, 1 << 20), "responses") == reason, raw
+    seeded = read_request(rb'{"prompt":"x","s\u0065ed":7}', 1 << 20)
+    assert request_meta(seeded, "completions").deterministic  # type: ignore[union-attr]
+
+
+def test_read_request_refuses_what_it_cannot_read_within_its_limits() -> None:
+    deep = b'{"input":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    for body, why in ((deep, "nested more than"), (b'{"a": 1', "not JSON"),
+                      (b"[1, 2]", "not an object"), (b'{"a": "' + b"x" * 100 + b'"}', "over")):
+        with pytest.raises(UnreadableRequest, match=why):
+            read_request(body, 64 if why == "over" else 1 << 20)
+    # Brackets inside strings (escaped quotes too) are text, not nesting.
+    text = b'{"prompt": "' + b'[{\\"' * 500 + b'"}'
+    assert read_request(text, 1 << 20)["prompt"].startswith('[{"')
+    inner = MAX_DEPTH - 1  # the object itself is one level
+    assert read_request(b'{"a":' + b"[" * inner + b"]" * inner + b"}", 1 << 20)
+    assert prepare(deep, "chat") is None

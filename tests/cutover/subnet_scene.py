@@ -41,6 +41,23 @@ def prompt_tokens(url: str) -> float:
     return float(found.group(1))
 
 
+def _own_subnet(docker_client: Any, name: str, seed: int) -> Any:
+    """A network on a /24 of its own (so others may take `--ip` on it): the first of a
+    few candidates that no other network on this daemon overlaps (the daemon's own
+    networks, or another test's, may hold any one of them)."""
+    import docker
+
+    for attempt in range(16):
+        subnet = f"10.{200 + (seed + attempt) % 50}.{(seed * 7 + attempt) % 250}.0/24"
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
+        try:
+            return docker_client.networks.create(name, ipam=ipam)
+        except docker.errors.APIError as exc:
+            if "overlap" not in str(exc).lower():
+                raise
+    raise AssertionError(f"no free /24 for {name} after 16 tries")
+
+
 @pytest.fixture
 def subnet_stack(docker_client: Any, cutover_images: ImageBuilder,
                  tmp_path: Path) -> Iterator[dict[str, Any]]:
@@ -50,10 +67,7 @@ def subnet_stack(docker_client: Any, cutover_images: ImageBuilder,
     sim = cutover_images.sim()
     docker_client.images.get(sim).tag("vllm-cutover-test/sim", "new")
     tag = uuid.uuid4().hex[:8]
-    octet = int(tag[:2], 16) % 200 + 20  # a subnet of its own, so others may take `--ip`
-    ipam = docker.types.IPAMConfig(pool_configs=[
-        docker.types.IPAMPool(subnet=f"172.31.{octet}.0/24")])
-    network = docker_client.networks.create(f"cutover-id-{tag}", ipam=ipam)
+    network = _own_subnet(docker_client, f"cutover-id-{tag}", int(tag[:4], 16))
     # old gets its address from the daemon (a static one would be insisted on at restart)
     old = docker_client.containers.create(
         sim, SIM_ARGS, name=f"vllm-old-{tag}", labels={"fleet": tag}, shm_size="256m")

@@ -54,7 +54,7 @@ async def test_no_token_configured_disables_them(world: World, aiohttp_client) -
 @pytest.mark.parametrize(("body", "quoted"), [
     (b"{not json", "body must be JSON (Expecting property name"),
     (b'{"old": "vllm-old", "new_image": "vllm:new", "min_samples": "many"}',
-     "min_samples must be an integer, got 'many'"),
+     "min_samples must be an integer of at most 64 bits, got 'many'"),
     (b'{"old": "vllm-old", "new_image": "vllm:new", "speed": 3}', "unknown field(s) ['speed']"),
     (b"", "a JSON object, got None"),
 ])
@@ -136,3 +136,24 @@ async def test_cli_drives_a_cutover_through_these_endpoints(world: World, aiohtt
     assert await asyncio.to_thread(main, ["cutover", "rollback", "--wait", *common]) == 0
     assert "done -> rolling_back" in capsys.readouterr().out
     assert world.control.view.primary == world.old_url
+
+
+async def test_container_log_lines_are_shown_to_token_holders_only(world: World,
+                                                                   aiohttp_client) -> None:
+    """vLLM with --enable-log-requests logs prompts: a failed new container's log tail
+    is kept without its request lines, and shown only with the admin token."""
+    world.driver.create_state = "exited"
+    world.driver.logs = ("INFO Started server process\n"
+                         'INFO Received request cmpl-1: prompt: \'secret user prompt s4\'\n'
+                         "ERROR CUDA out of memory")
+    service = await world.service()
+    api = await _api(aiohttp_client, service)
+    assert (await api.post("/admin/cutover", json=FAST, headers=AUTH)).status in (200, 201, 202)
+    await until(lambda: service.status()["terminal"] is True)
+    open_answer = await (await api.get("/admin/cutover")).text()
+    assert "secret" not in open_answer and "CUDA out of memory" not in open_answer
+    assert '"log_tail": null' in open_answer and "admin token" in open_answer
+    with_token = await (await api.get("/admin/cutover", headers=AUTH)).json()
+    assert "CUDA out of memory" in with_token["log_tail"]
+    assert "secret" not in with_token["log_tail"] and "1 line(s) about requests" in \
+        with_token["log_tail"]

@@ -6,12 +6,14 @@ from dataclasses import replace
 
 import pytest
 
+from proxy.cutover.control import GateView
 from proxy.cutover.driver import LABEL_CUTOVER, LABEL_ROLE
 from proxy.cutover.machine import CommandRefused, CutoverRunning, advance, begin, command, needs
 from proxy.cutover.model import Phase
 from proxy.cutover.steps import (
     ActionFailure,
     CreateNew,
+    Observation,
     RemoveContainer,
     SaveImage,
     SetRoutes,
@@ -292,3 +294,88 @@ def test_creation_retries_an_unreachable_engine_until_the_deadline() -> None:
     s2, a = advance(s1, obs(routes=routes(), new=None, failure=down), T0 + 61)
     assert s2.phase is Phase.FAILED
     assert "not running at an address within 60s (none was created; CreateNew will be retried: Docker daemon unreachable" in (s2.error or "")
+
+
+def test_shadowing_says_which_check_it_waits_for_and_how_long() -> None:
+    """The binding check and the time it needs at the rate seen since the evidence began;
+    from the first look on, it says when that is beyond the analysis time left."""
+    s = state_in(Phase.SHADOWING, analysis_since_unix=T0, deadline_unix=T0 + 1800)
+    checks = [{"name": "max_ttft_p99_ratio", "status": "inconclusive", "more_samples": 1440},
+              {"name": "match_rate", "status": "pass"},
+              {"name": "max_ttft_p50_ratio", "status": "inconclusive", "more_samples": 12}]
+    look = GateView("inconclusive", (), 240, 50, {"checks": checks})
+    s, _ = advance(s, obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=look), T0 + 60)
+    assert s.waiting_for == "waiting for TTFT p99: about 6 min at 4.0 req/s"
+    short = replace(s, deadline_unix=T0 + 120)  # one minute left, six needed
+    s, _ = advance(short, obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=look),
+                   T0 + 60)
+    assert s.phase is Phase.SHADOWING
+    assert s.waiting_for is not None and s.waiting_for.endswith(
+        "more than the analysis timeout left")
+    decided = GateView("pass", (), 300, 50, {"checks": [{"name": "x", "status": "pass"}]})
+    s, _ = advance(replace(s, spec=replace(s.spec, auto_promote=False)),
+                   obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=decided), T0 + 70)
+    assert s.waiting_for is None
+
+
+def _waits(at: float, more: int | None, rate: float = 100.0,
+           check: str = "match_rate") -> Observation:
+    """Shadowing at `rate` requests/s since T0, the gate waiting on `check` for `more`
+    samples (None: not decidable within 64x)."""
+    samples = int((at - T0) * rate)
+    gate = GateView("inconclusive", (), samples, samples, {"checks": [
+        {"name": check, "status": "inconclusive", "more_samples": more}]})
+    return obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=gate)
+
+
+def test_a_gate_hopeless_for_a_minute_ends_the_shadowing() -> None:
+    """Needing more than four times the analysis time left on every look for 60 s aborts
+    with the estimate as the reason; a look that is not hopeless starts the minute again."""
+    s = state_in(Phase.SHADOWING, analysis_since_unix=T0, deadline_unix=T0 + 600)
+    s, _ = advance(s, _waits(T0 + 60, 300000), T0 + 60)  # 50 min needed, 9 left
+    assert s.phase is Phase.SHADOWING and s.hopeless_since_unix == T0 + 60
+    s, _ = advance(s, _waits(T0 + 90, 30), T0 + 90)
+    assert s.phase is Phase.SHADOWING and s.hopeless_since_unix is None
+    for at in (T0 + 100, T0 + 130, T0 + 159):
+        s, _ = advance(s, _waits(at, 300000), at)
+        assert s.phase is Phase.SHADOWING and s.hopeless_since_unix == T0 + 100
+    s, a = advance(s, _waits(T0 + 160, 300000), T0 + 160)
+    assert s.phase is Phase.ABORTING and s.end_phase is Phase.ABORTED
+    assert "the gate cannot decide before the analysis timeout (440s left of" in (s.error or "")
+    assert "match rate needs about 300000 more samples, 50 min at 100.0 req/s" in (s.error or "")
+    assert a == SetRoutes(OLD_URL, None, None, 1)
+
+
+def test_a_gate_merely_slower_than_the_time_left_waits_for_the_timeout() -> None:
+    """Within four times the time left the estimate may be wrong in the gate's favour: no
+    early end, only the line saying so."""
+    s = state_in(Phase.SHADOWING, analysis_since_unix=T0, deadline_unix=T0 + 600)
+    for at in (T0 + 60, T0 + 150, T0 + 250):  # 600 s needed; 540, 450, 350 s left
+        s, _ = advance(s, _waits(at, 60000), at)
+        assert s.phase is Phase.SHADOWING and s.hopeless_since_unix is None
+    assert s.waiting_for is not None and "more than the analysis timeout left" in s.waiting_for
+
+
+def test_a_latency_tail_ends_early_only_when_undecidable_on_enough_samples() -> None:
+    """A p99 is judged on the newest 5,000 requests: a large need says nothing of when it
+    decides (no early end), 'not decidable within 64x' on 5,000 samples does; under 5,000
+    its projection swings tenfold between looks, so not even that ends it early, and the
+    analysis timeout still does."""
+    p99 = "max_ttft_p99_ratio"
+    s = state_in(Phase.SHADOWING, analysis_since_unix=T0, deadline_unix=T0 + 600)
+    for at in (T0 + 60, T0 + 100, T0 + 160):
+        s, _ = advance(s, _waits(at, 10**7, check=p99), at)
+        assert s.phase is Phase.SHADOWING and s.hopeless_since_unix is None
+    for at in (T0 + 170, T0 + 200):
+        s, _ = advance(s, _waits(at, None, check=p99), at)
+    s, _ = advance(s, _waits(T0 + 230, None, check=p99), T0 + 230)
+    assert s.phase is Phase.ABORTING
+    assert "TTFT p99 is not decidable within 64x the 23000 samples" in (s.error or "")
+
+    s = state_in(Phase.SHADOWING, analysis_since_unix=T0, deadline_unix=T0 + 600)
+    for at in (T0 + 10 * i for i in range(1, 60)):
+        s, _ = advance(s, _waits(at, None, rate=3.0, check=p99), at)
+        assert s.phase is Phase.SHADOWING and s.hopeless_since_unix is None
+    assert "not decidable within 64x" in (s.waiting_for or "")
+    s, _ = advance(s, _waits(T0 + 600, None, rate=3.0, check=p99), T0 + 600)
+    assert s.phase is Phase.ABORTING and "analysis timeout after" in (s.error or "")

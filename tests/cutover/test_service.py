@@ -120,3 +120,20 @@ async def test_a_new_url_reaching_the_old_container_itself_is_a_400(world: World
         await svc.start(CutoverSpec(**spec, new_url="http://vllm-old:8000"))
     assert info.value.status == 400 and "reaches the old container vllm-old" in str(info.value)
     _untouched(world)
+
+
+@pytest.mark.parametrize("flag", ["new_url", "baseline_url"])
+async def test_a_dead_new_or_baseline_url_is_refused_at_start(world: World, flag: str) -> None:
+    """Nothing listening there: refused at once in plain words (502), not accepted and then
+    retried every few seconds until the warmup deadline."""
+    svc = await world.service(driver=False)
+    adopt = {k: v for k, v in FAST.items() if k not in ("old", "new_image")}
+    dead = dead_url()
+    urls = {"new_url": world.new_url, flag: dead}
+    with pytest.raises(StartRefused) as info:
+        await svc.start(CutoverSpec(**adopt, **urls))
+    message = str(info.value)
+    assert info.value.status == 502, message
+    assert f"--{flag.replace('_', '-')}: nothing answers at {dead}" in message
+    assert "start that engine first" in message
+    _untouched(world)

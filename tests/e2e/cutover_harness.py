@@ -15,11 +15,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 from proxy.demo.steady import SteadyLoad, SteadyResult
 from tests.e2e.proxy_fixtures import ADMIN_TOKEN, http_request, wait_for
 from tests.e2e.servers import HOST, ServerProcess, free_port, spawn
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = ("done", "aborted", "rolled_back", "failed")
@@ -88,8 +91,10 @@ class CutoverProxy:
     def routes(self) -> dict[str, Any]:
         return dict(http_request("GET", self.admin_url + "/admin/routes").json())
 
-    def status(self) -> dict[str, Any]:
-        answer = http_request("GET", self.admin_url + "/admin/cutover")
+    def status(self, token: bool = True) -> dict[str, Any]:
+        """GET /admin/cutover, as the operator (with the token: the log tail is shown)."""
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"} if token else None
+        answer = http_request("GET", self.admin_url + "/admin/cutover", headers=headers)
         assert answer.status == 200, (answer.status, answer.body[:500])
         return dict(answer.json())
 

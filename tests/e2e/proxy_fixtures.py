@@ -230,13 +230,15 @@ def start_proxy(
     shadow: str,
     baseline: str | None = None,
     extra_args: Sequence[str] = (),
+    wrapper: Sequence[str] = (),
 ) -> Iterator[RunningProxy]:
     """Run the proxy (sample rate 1, otherwise its defaults: light traffic must be mirrored
-    in full on a busy machine too) until the block ends; the records go to `work_dir`."""
+    in full on a busy machine too) until the block ends; the records go to `work_dir`.
+    `wrapper`: a command the proxy runs under (`prlimit --fsize=N`, say)."""
     port, admin_port = free_port(), free_port()
     work_dir.mkdir(parents=True, exist_ok=True)
     db_path = work_dir / "records.sqlite"
-    argv = [sys.executable, "-m", "proxy", "--log-level", "WARNING", "proxy",
+    argv = [*wrapper, sys.executable, "-m", "proxy", "--log-level", "WARNING", "proxy",
             "--host", HOST, "--port", str(port), "--primary", primary, "--shadow", shadow,
             "--sample-rate", "1", "--db", str(db_path), "--admin-port", str(admin_port),
             "--admin-token", ADMIN_TOKEN, *extra_args]

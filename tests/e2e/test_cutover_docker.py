@@ -222,6 +222,8 @@ def test_faults_get_a_clear_error_and_change_nothing(docker_client: Any,
             result = load.stop()
         _no_failure(result)
         assert "no-such-flag" in (failed.get("log_tail") or ""), failed
+        tokenless = proxy.status(token=False)  # the engine's log needs the token
+        assert tokenless["log_tail"] is None and tokenless["log_tail_hidden"], tokenless
         assert not _ours(docker_client, stack["old"])  # removed (no --keep-failed)
         stack["old"].reload()
         assert stack["old"].status == "running"

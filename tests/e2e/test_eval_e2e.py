@@ -62,6 +62,19 @@ def golden(engines: dict[str, VllmServer], tmp_path_factory: pytest.TempPathFact
     return out
 
 
+@pytest.fixture(scope="module")
+def golden_text(engines: dict[str, VllmServer], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same golden with --store-text: token ids and logprobs, so divergences have
+    exact positions and closeness."""
+    work = tmp_path_factory.mktemp("eval-text")
+    out = work / "golden.jsonl"
+    code = main(["eval", "record", "--url", engines["old_a"].url, "--store-text",
+                 "--prompts", str(write_prompts(work / "prompts.jsonl")), "-o", str(out),
+                 "--concurrency", "16"])
+    assert code == 0
+    return out
+
+
 def run_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
     code = main(args)
     out = capsys.readouterr().out
@@ -81,11 +94,12 @@ def test_golden_holds_greedy_answers_with_logprobs(golden: Path) -> None:
     for row in rows:
         answer = row["answer"]
         assert row["request"]["temperature"] == 0 and row["request"]["model"] == "tiny"
-        assert len(answer["token_ids"]) == answer["output_tokens"] <= row["request"]["max_tokens"]
+        assert answer["output_tokens"] <= row["request"]["max_tokens"]
+        # No --store-text: the ids as keyed hashes of 16-id blocks, no logprobs, no text.
+        assert len(answer["token_id_blocks"]) == -(-answer["output_tokens"] // 16)
         if answer["finish_reason"] == "length":
             assert answer["output_tokens"] == row["request"]["max_tokens"]
-        assert len(answer["top_logprobs"]) == answer["output_tokens"]
-        assert answer["text"] is None  # no --store-text
+        assert answer["token_ids"] is answer["top_logprobs"] is answer["text"] is None
 
 
 def test_replica_passes(golden: Path, engines: dict[str, VllmServer],
@@ -99,9 +113,10 @@ def test_replica_passes(golden: Path, engines: dict[str, VllmServer],
     assert "PASS" in html.read_text()
 
 
-def test_different_engine_fails_with_divergences(golden: Path, engines: dict[str, VllmServer],
+def test_different_engine_fails_with_divergences(golden_text: Path,
+                                                 engines: dict[str, VllmServer],
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    code, result = compare(golden, engines["different"].url, capsys,
+    code, result = compare(golden_text, engines["different"].url, capsys,
                            "--baseline-url", engines["old_b"].url)
     assert (code, result["verdict"]) == (1, "fail"), result["reasons"]
     assert result["diverged"] >= 30
@@ -123,15 +138,20 @@ def test_replica_against_baseline_noise(golden: Path, engines: dict[str, VllmSer
     assert result["gate"]["threshold"] == pytest.approx(noise - 0.15)
 
 
-def test_cut_short_answers_fail_on_lengths(golden: Path, engines: dict[str, VllmServer],
+@pytest.mark.parametrize("store_text", [True, False])
+def test_cut_short_answers_fail_on_lengths(golden: Path, golden_text: Path,
+                                           engines: dict[str, VllmServer], store_text: bool,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    code, result = compare(golden, engines["cut"].url, capsys)
+    code, result = compare(golden_text if store_text else golden, engines["cut"].url, capsys)
     assert (code, result["verdict"]) == (1, "fail")
     assert any(r.startswith("fail: new/old output tokens") and "shorter" in r
                for r in result["reasons"]), result["reasons"]
-    # The first tokens match: the answers diverge where the cap ended them.
+    # The first tokens match: the answers diverge where the cap ended them: at that token
+    # with the ids kept, else at the start of the 16-id block that holds it (only hashes
+    # of blocks are kept without --store-text).
+    where = CUT_SHORT_TOKENS if store_text else CUT_SHORT_TOKENS // 16 * 16
     positions = result["first_divergence"]["positions"]
-    assert positions.count(CUT_SHORT_TOKENS) >= 36 and max(positions) == CUT_SHORT_TOKENS
+    assert positions.count(where) >= 36 and max(positions) == where, positions
     assert result["lengths"]["shorter"] == 40 and result["lengths"]["wilcoxon_p"] < 1e-6
 
 

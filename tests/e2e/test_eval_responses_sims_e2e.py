@@ -47,3 +47,43 @@ def test_responses_set_recorded_and_compared_on_fields(
     rows = diverged_out["requests"]
     assert {(r["field"], r["choice"]) for r in rows} == {("tool_calls", 0)}
     assert diverged_out["verdict"] == "fail"
+
+
+def test_a_golden_without_text_keeps_no_ids_or_logprobs_and_still_places_a_divergence(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ids, sampled tokens and top-k logprobs give the answer's text back: without
+    --store-text the file keeps the ids as keyed hashes of 16-id blocks and no logprobs;
+    `eval compare` still names the field, the choice and the block a divergence is in."""
+    prompts = tmp_path / "set.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"text {i}", "max_tokens": 40}) + "\n"
+                               for i in range(8)))
+    hashed, clear = tmp_path / "golden.jsonl", tmp_path / "golden-text.jsonl"
+    with sim(tmp_path) as old, sim(tmp_path, "--seed", "0") as same, \
+            sim(tmp_path, "--divergence-rate", "1", "--divergence-at", "20") as diverging:
+        assert main(["eval", "record", "--url", old, "--prompts", str(prompts),
+                     "-o", str(hashed)]) == 0
+        assert main(["eval", "record", "--url", old, "--prompts", str(prompts),
+                     "-o", str(clear), "--store-text"]) == 0
+        capsys.readouterr()
+        main(["eval", "compare", "--golden", str(hashed), "--url", same, "--json"])
+        same_out = json.loads(capsys.readouterr().out)
+        main(["eval", "compare", "--golden", str(hashed), "--url", diverging, "--json"])
+        diverged_out = json.loads(capsys.readouterr().out)
+    stored = hashed.read_text()
+    for line in clear.read_text().splitlines()[1:]:
+        answer = json.loads(line)["answer"]
+        assert answer["token_ids"] and answer["sampled_tokens"] and answer["top_logprobs"]
+        assert answer["text"] and answer["text"] not in stored
+        assert json.dumps(answer["token_ids"][:4])[1:-1] not in stored
+        assert not any(f'"{t}"' in stored for t in answer["sampled_tokens"] if len(t) > 3)
+    for line in stored.splitlines()[1:]:
+        answer = json.loads(line)["answer"]
+        assert answer["token_ids"] is answer["sampled_tokens"] is answer["top_logprobs"] is None
+        assert len(answer["token_id_blocks"]) == -(-answer["output_tokens"] // 16) > 1
+    assert same_out["compared"] == 8 and same_out["diverged"] == 0, same_out["reasons"]
+    # The sim diverges at token 20 of each answer long enough to have one.
+    rows = [r for r in diverged_out["requests"] if r["outcome"] == "diverged"]
+    assert diverged_out["diverged"] == len(rows) >= 6, diverged_out["requests"]
+    for row in rows:
+        assert (row["field"], row["choice"], row["first_divergence"]) == ("text", 0, 16), row
+        assert "tokens 16..31" in row["reason"], row["reason"]

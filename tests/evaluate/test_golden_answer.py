@@ -4,7 +4,11 @@ tool calls, reasoning and every choice as the live proxy does."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from proxy.compare.answer import Answer, ChoiceAnswer, ToolCall
 from proxy.compare.diff import compare
@@ -12,6 +16,7 @@ from proxy.compare.types import Capture, RequestMeta
 from proxy.evaluate.client import Answer as ClientAnswer
 from proxy.evaluate.client import EngineInfo
 from proxy.evaluate.golden import capture_from_json, capture_json, read_golden, write_golden
+from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.judge import comparisons
 from proxy.evaluate.prompts import EvalRequest
 
@@ -50,7 +55,7 @@ def _two_choices(arguments: str, text: str) -> Capture:
     answer = Answer("chat", (ChoiceAnswer(0, "same words", "think", "", (), "stop"),
                              ChoiceAnswer(1, text, "", "", (ToolCall("f", arguments),),
                                           "tool_calls")))
-    return Capture("primary", "old", 200, 0.1, (), 0.2, 5, "stop", "same words", (1, 2, 3),
+    return Capture("primary", "old", 200, 0.1, (), 0.2, 3, "stop", "same words", (1, 2, 3),
                    answer=answer)
 
 
@@ -99,9 +104,28 @@ def test_with_text_the_position_is_told_and_old_files_still_read(tmp_path: Path)
              .splitlines()]
     del lines[0]["digest_key"]
     lines[1]["answer"]["answer"] = None  # a file written before digests
+    lines[1]["answer"]["token_id_blocks"] = None  # ids in the clear, as then
+    lines[1]["answer"]["token_ids"] = [1, 2, 3]
     old = tmp_path / "old.jsonl"
     old.write_text("".join(json.dumps(line) + "\n" for line in lines))
     [entry] = read_golden(str(old)).entries
     assert entry.capture.answer is None
     [cmp] = comparisons((entry,), [_two_choices("{}", "abXd")], "shadow")
     assert cmp.outcome == "match"  # as before: token ids (none here) and finish reason
+
+
+@pytest.mark.parametrize(("store_text", "change", "named"), [
+    (True, {"token_ids": [1, -1, 3]}, "token_ids[1] must be a token id in 0..2147483647, got -1"),
+    (True, {"token_ids": [1, 2, 10**30]}, "token_ids[2] must be a token id"),
+    (True, {"output_tokens": 4}, "output_tokens is 4 but token_ids holds 3 ids"),
+    (False, {"output_tokens": 40}, "output_tokens is 40 but token_id_blocks holds 1 blocks"),
+    (False, {"token_id_blocks": ["zz"]}, "token_id_blocks must be a list of 16 hex digits"),
+])
+def test_a_golden_answer_of_impossible_ids_or_lengths_is_refused_naming_the_field(
+        tmp_path: Path, store_text: bool, change: dict[str, Any], named: str) -> None:
+    path = _golden_file(tmp_path, [_two_choices("{}", "x")], store_text)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines[1]["answer"].update(change)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(EvalInputError, match=re.escape(named)):
+        read_golden(str(path))

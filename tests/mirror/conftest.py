@@ -26,7 +26,8 @@ class FakeBackend:
     words: list[str] = field(default_factory=lambda: ["Hello", " world", "!", " Bye"])
     ttft_s: float = 0.0
     itl_s: float = 0.0
-    mode: str = "ok"  # ok | reset | garbage | slow_headers
+    mode: str = "ok"  # ok | reset | garbage | slow_headers | final_only (Responses: no deltas)
+    usage_tokens: int | None = None  # usage.completion_tokens to report (None: the truth)
     seen: list[dict[str, Any]] = field(default_factory=list)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     gate: asyncio.Event | None = None  # when set: wait for it after the first chunk
@@ -38,6 +39,7 @@ class FakeBackend:
         app = web.Application()
         app.router.add_post("/v1/completions", self.generate)
         app.router.add_post("/v1/chat/completions", self.generate)
+        app.router.add_post("/v1/responses", self.respond)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_route("*", "/echo/{tail:.*}", self.echo)
@@ -109,7 +111,7 @@ class FakeBackend:
                 if ids:
                     choice["token_ids"] = [1000 + i for i in range(len(self.words))]
                 return web.json_response({"id": "x", "choices": [choice], "usage": {
-                    "completion_tokens": len(self.words)}})
+                    "completion_tokens": self._usage()}})
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             if self.mode == "garbage":
@@ -125,11 +127,39 @@ class FakeBackend:
                     request.transport.abort()
                     return resp
                 await asyncio.sleep(self.itl_s)
+            if self.usage_tokens is not None:
+                await resp.write(b"data: " + json.dumps({"id": "x", "choices": [], "usage": {
+                    "completion_tokens": self._usage()}}).encode() + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
             return resp
         except asyncio.CancelledError:
             self.cancelled.set()
             raise
+
+    def _usage(self) -> int:
+        return len(self.words) if self.usage_tokens is None else self.usage_tokens
+
+    async def respond(self, request: web.Request) -> web.StreamResponse:
+        """The Responses API, streamed: a text delta per word (none with mode final_only),
+        then `response.completed` with the whole answer."""
+        req = await request.json()
+        self.seen.append({"json": req, "headers": dict(request.headers)})
+        text = "".join(self.words)
+        final = {"id": "resp_1", "object": "response", "status": "completed",
+                 "output": [{"type": "message", "role": "assistant", "content": [
+                     {"type": "output_text", "text": text}]}],
+                 "usage": {"output_tokens": self._usage()}}
+        if not req.get("stream"):
+            return web.json_response(final)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        events: list[dict[str, Any]] = [] if self.mode == "final_only" else [
+            {"type": "response.output_text.delta", "delta": word} for word in self.words]
+        events.append({"type": "response.completed", "response": final})
+        for event in events:
+            await resp.write(b"event: " + event["type"].encode() + b"\ndata: "
+                             + json.dumps(event).encode() + b"\n\n")
+        return resp
 
 
 def _dead_url(held: list[socket.socket]) -> str:

@@ -159,7 +159,7 @@ def test_latency_ratio_limits_are_flags_and_zero_turns_one_off() -> None:
     parser = argparse.ArgumentParser()
     add_gate_arguments(parser, "gate")
     defaults = gate_criteria(parser.parse_args([]))
-    assert (defaults.max_ttft_p50_ratio, defaults.max_tpot_p99_ratio) == (1.10, 1.5)
+    assert (defaults.max_ttft_p50_ratio, defaults.max_tpot_p99_ratio) == (1.10, 1.25)
     loose = gate_criteria(parser.parse_args(["--gate-max-ttft-p99-ratio", "2.5",
                                              "--gate-max-tpot-p50-ratio", "0"]))
     assert loose.max_ttft_p99_ratio == 2.5 and loose.max_tpot_p50_ratio is None

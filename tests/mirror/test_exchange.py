@@ -45,7 +45,8 @@ async def test_identical_backends_match_without_tokenize(backend, proxy, make_co
     assert {c.against: c.outcome for c in record.comparisons} == {
         "shadow": "match", "baseline": "match"}
     assert record.extra["text"]["primary"]["chars"] == len("Hello world! Bye")
-    assert baseline.seen[0]["json"]["stream"] is False  # unstreamed by default: same tokens
+    # Streamed like the client by default: its latency is read the way the shadow's is.
+    assert baseline.seen[0]["json"]["stream"] is stream
     assert shadow.seen[0]["json"]["stream"] is stream
     assert _capture(record, "shadow").error is None
     if stream:  # no usage chunk: the count is the engine's of a side with the same text
@@ -183,10 +184,9 @@ async def test_sampled_request_not_token_compared(backend, proxy, make_config, s
     assert aggregates.shadow.compared == 0
 
 
-async def test_baseline_streamed_on_request(backend, proxy, make_config, settle):
+async def test_baseline_streamed_by_default(backend, proxy, make_config, settle):
     primary, shadow, baseline = await backend(), await backend(), await backend()
-    client = await proxy(make_config(primary.url, shadow.url, baseline.url,
-                                     baseline_stream=True))
+    client = await proxy(make_config(primary.url, shadow.url, baseline.url))
     body = {**GREEDY, "stream": True, "stream_options": {"include_usage": True}}
     await (await client.post("/v1/completions", json=body)).read()
     (record,) = await _records(client, settle)
@@ -194,6 +194,18 @@ async def test_baseline_streamed_on_request(backend, proxy, make_config, settle)
     assert baseline.seen[0]["json"]["stream_options"] == {"include_usage": True}
     assert record.extra["baseline_streamed"] is True
     assert len(_capture(record, "baseline").itl_s) == 3
+
+
+async def test_baseline_unstreamed_on_request(backend, proxy, make_config, settle):
+    primary, shadow, baseline = await backend(), await backend(), await backend()
+    client = await proxy(make_config(primary.url, shadow.url, baseline.url,
+                                     baseline_stream=False))
+    body = {**GREEDY, "stream": True}
+    await (await client.post("/v1/completions", json=body)).read()
+    (record,) = await _records(client, settle)
+    assert baseline.seen[0]["json"]["stream"] is False
+    assert record.extra["baseline_streamed"] is False
+    assert {c.against: c.outcome for c in record.comparisons}["baseline"] == "match"
 
 
 async def test_shadow_speaking_no_http_at_all(backend, proxy, make_config, settle):
@@ -229,3 +241,25 @@ async def test_request_kept_only_with_store_text(backend, proxy, make_config, se
         assert ("request" in record.extra) is keep
         if keep:
             assert json.loads(record.extra["request"]) == GREEDY
+
+
+@pytest.mark.parametrize(("path", "knobs", "error"), [
+    ("/v1/completions", {"usage_tokens": 1}, "usage_mismatch"),
+    ("/v1/responses", {"mode": "final_only"}, "stream_text_mismatch"),
+])
+async def test_an_answer_that_contradicts_itself_is_never_a_match(
+        backend, proxy, make_config, settle, path, knobs, error):
+    """A shadow whose usage.completion_tokens (1) is not the 4 token ids it sent, or whose
+    Responses stream has no text deltas, only the final object, is an error of its own."""
+    primary, shadow = await backend(), await backend(**knobs)
+    client = await proxy(make_config(primary.url, shadow.url))
+    body = {"input": "hi", "temperature": 0, "stream": True} if "responses" in path \
+        else {**GREEDY, "return_token_ids": True}
+    resp = await client.post(path, json=body)
+    assert resp.status == 200
+    await resp.read()
+    (record,) = await _records(client, settle)
+    assert _capture(record, "primary").error is None
+    assert _capture(record, "shadow").error == error
+    (comparison,) = record.comparisons
+    assert comparison.outcome == "error" and error in comparison.reason, comparison

@@ -23,7 +23,8 @@ async def test_a_baseline_that_cannot_be_built_is_counted_not_silent(
 
     monkeypatch.setattr(exchange, "unstreamed", broken)
     a, b, c = await backend(), await backend(), await backend()
-    client = await proxy(make_config(a.url, b.url, c.url))
+    # The baseline is rebuilt unstreamed only on request (it streams like the client by default).
+    client = await proxy(make_config(a.url, b.url, c.url, baseline_stream=False))
     resp = await client.post("/v1/completions", json={"prompt": "hi", "stream": True,
                                                       "temperature": 0})
     assert resp.status == 200

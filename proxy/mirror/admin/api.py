@@ -30,13 +30,16 @@ from proxy.mirror.app import (
     ROUTER_KEY,
     TASKS_KEY,
 )
+from proxy.mirror.config import ProxyConfig
 from proxy.mirror.control import MirrorControl, redacted_view
 from proxy.mirror.listener import track_requests
 from proxy.mirror.load import LoopLoad
 from proxy.mirror.route_state import ROUTE_KEYS, routes_from_json
 from proxy.mirror.worker.link import WorkerUnavailable
 from proxy.mirror.worker.remote import RemoteMirror
-from proxy.urls import role_conflicts
+from proxy.tune.admin import add_tune_routes
+from proxy.tune.service import TUNE_KEY
+from proxy.urls import role_conflicts, self_conflicts
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,9 @@ async def put_routes(request: web.Request) -> web.Response:
         routes = routes_from_json(body, _main(request)[ROUTER_KEY].routes.as_config())
         errors, warnings = await asyncio.to_thread(role_conflicts, routes.primary,
                                                    routes.shadow, routes.baseline)
+        errors += await asyncio.to_thread(self_conflicts, {
+            "primary": routes.primary, "shadow": routes.shadow, "baseline": routes.baseline},
+            _listeners(_main(request)[CONFIG_KEY]))
         if errors:  # the evidence would mean nothing: refused, nothing changed
             return json_error(400, "; ".join(errors))
         view = redacted_view(control.set_routes(routes.primary, routes.shadow,
@@ -125,6 +131,13 @@ async def put_routes(request: web.Request) -> web.Response:
     except OSError as exc:
         log.error("routes not changed: the state file cannot be written: %s", exc)
         return json_error(503, f"routes not changed: the state file cannot be written: {exc}")
+
+
+def _listeners(config: ProxyConfig) -> tuple[tuple[str, int], ...]:
+    """The proxy's own listeners (client and admin): no route may lead back into them."""
+    admin = config.admin
+    return ((config.host, config.port),) + (
+        ((admin.host, admin.port),) if admin.port else ())
 
 
 async def post_swap(request: web.Request) -> web.Response:
@@ -223,4 +236,5 @@ def build_admin_app(main_app: web.Application) -> web.Application:
     admin.router.add_get("/metrics", get_metrics)
     add_gate_hooks(admin, main_app)
     add_cutover_routes(admin, lambda request: _main(request).get(CUTOVER_KEY), _authorized)
+    add_tune_routes(admin, lambda request: _main(request).get(TUNE_KEY), _authorized)
     return admin

@@ -56,7 +56,7 @@ class Start:
     baseline: str | None
     path: str
     headers: list[tuple[str, str]]
-    body: bytes
+    request: dict[str, Any]  # the body as read_request read it (once, on the client path)
     endpoint: Endpoint
     started_unix: float
     t_start: float  # perf_counter() when the client's request arrived

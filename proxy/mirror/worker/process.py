@@ -40,6 +40,7 @@ from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig, RouteConfig
 from proxy.mirror.exchange import Exchange, Mirror
 from proxy.mirror.load import LoopLoad
+from proxy.mirror.memory import release_memory_forever
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.upstream.routing import Router, Routes, make_pool_factory
 from proxy.mirror.verdict import current_verdict, evaluate_window, refresh_verdict_forever
@@ -114,7 +115,7 @@ class CaptureWorker:
         self.answers = BackgroundTasks()  # calls are answered during the drain too
         sync = SqliteStore(config.store.db_path, config.store.retention_rows,
                            config.store.store_text)
-        self.store = RecordStore(sync, on_drop=self.metrics.records_dropped.inc)
+        self.store = RecordStore(sync, on_drop=self.metrics.drop_records)
         self._peer_calls: dict[int, asyncio.Future[str | None]] = {}
         self._peer_ids = count(1)
         pools = make_pool_factory(config.connect_timeout_s, config.max_upstream_connections,
@@ -145,6 +146,7 @@ class CaptureWorker:
             start_task(refresh_verdict_forever(self.store, self.config.gate, self.metrics,
                                                self.config.gate_refresh_s), "verdict-refresh"),
             start_task(pace_garbage_collection(), "gc-pacer"),
+            start_task(release_memory_forever(), "memory-release"),
             start_task(self.load.watch(), "loop-load"),
             start_task(self._report_progress(), "progress-report"),
         ]
@@ -205,7 +207,8 @@ class CaptureWorker:
     def _start(self, start: Start) -> None:
         routes = self._routes_for(start.route_version, start.primary, start.shadow,
                                   start.baseline)
-        exchange = self.mirror.start(routes, start.path, CIMultiDict(start.headers), start.body,
+        exchange = self.mirror.start(routes, start.path, CIMultiDict(start.headers),
+                                     start.request,
                                      start.endpoint, admitted=True,
                                      started=(start.started_unix, start.t_start))
         xid = start.xid
@@ -261,7 +264,7 @@ class CaptureWorker:
 
     async def _aggregates(self) -> dict[str, Any]:
         aggregates = await self.store.call(SqliteStore.aggregates)
-        return aggregates.as_json()
+        return {**aggregates.as_json(), "records_dropped": dict(self.store.dropped)}
 
     async def _metrics(self) -> bytes:
         return self.metrics.render()

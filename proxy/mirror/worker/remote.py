@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from itertools import count
 from time import perf_counter
+from typing import Any
 
 from multidict import CIMultiDict
 
@@ -105,8 +106,8 @@ class RemoteMirror(Admission):
     async def open(self) -> None:
         await self.link.start()
 
-    def start(self, routes: Routes, path: str, headers: CIMultiDict[str], body: bytes,
-              endpoint: Endpoint) -> RemoteExchange | None:
+    def start(self, routes: Routes, path: str, headers: CIMultiDict[str],
+              request: dict[str, Any], endpoint: Endpoint) -> RemoteExchange | None:
         if not self.admit(routes, self.closing):
             return None
         link = self.link
@@ -122,7 +123,7 @@ class RemoteMirror(Admission):
         start = Start(xid, routes.version, routes.primary.target,
                       shadow.target if shadow is not None else None,
                       baseline.target if baseline is not None else None,
-                      path, list(headers.items()), body, endpoint, time.time(), perf_counter())
+                      path, list(headers.items()), request, endpoint, time.time(), perf_counter())
         held = [u.acquire() for u in (routes.primary, shadow, baseline) if u is not None]
         exchange = self.exchanges[xid] = RemoteExchange(link, xid, routes, held, start)
         self.inflight += 1

@@ -23,7 +23,7 @@ BIG = bytes(range(256)) * (3 * 4096)  # 3 MiB: more than one socket buffer
 EXAMPLES: list[Any] = [
     m.Configure(m.SCHEMA, ProxyConfig(RouteConfig("http://old:8000", "http://new:8000")), 20),
     m.Start(7, 3, "http://old:8000", "http://new:8000", "http://old2:8000", "/v1/completions",
-            [("Authorization", "Bearer t"), ("X-A", "é")], b'{"prompt":"hi"}', "chat",
+            [("Authorization", "Bearer t"), ("X-A", "é")], {"prompt": "hi"}, "chat",
             1.7e9, 123.25),
     m.Chunks(7, "text/event-stream", [b"data: {}\n\n", BIG], [1.5, 2.5]),
     m.End(7, "application/json", [b"{}"], [3.5], 200, "reset", True, 4.5),

@@ -204,7 +204,7 @@ class _Link:
 
 
 def _start(xid: int) -> Start:
-    return Start(xid, 1, "http://p:1", "http://s:1", None, "/v1/completions", [], b"{}",
+    return Start(xid, 1, "http://p:1", "http://s:1", None, "/v1/completions", [], {},
                  "completions", 0.0, 0.0)
 
 

@@ -1,0 +1,205 @@
+"""`vllm-cutover tune`: race candidate engines on live traffic and promote the fastest one
+that answers the same; and `tune candidates`, what `--kernels auto` would race.
+
+A thin client of the proxy's admin API (`/admin/tune`): the race runs inside the proxy,
+which mirrors its traffic, so it survives this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from proxy.cli.cutover_cmd import admin_failure, admin_parent
+from proxy.cli.proxy_cmd import TOKEN_ENV
+from proxy.cutover.client import AdminError, AdminUnreachable, CutoverClient
+
+EXIT_HELP = """exit codes:
+  0  done as asked (with --wait / --watch: the tune ended done)
+  1  with --wait / --watch: the tune ended aborted or failed
+  2  bad input, a request the proxy rejects (400), a wrong or missing admin token (401)
+  3  the proxy's admin API cannot be reached
+  4  refused in the current state (409), or the proxy could not do it (5xx)
+"""
+
+
+class TuneClient(CutoverClient):
+    """The tune endpoints of one proxy's admin API."""
+
+    def status(self) -> dict[str, Any]:
+        return self._call("GET", "/admin/tune")
+
+    def start(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/admin/tune", request, timeout_s=max(self.timeout_s, 60))
+
+    def abort(self) -> dict[str, Any]:
+        return self._call("POST", "/admin/tune/abort")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "tune", help="race candidate engines (kernels) on live traffic, promote the best",
+        description="Mirror sampled requests to several candidate engines at once, judge "
+                    "each against the serving one with the promotion gate, stop the losers "
+                    "early, and promote the fastest one that answers the same.",
+        epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common = admin_parent()
+    sub = parser.add_subparsers(dest="tune_command", metavar="ACTION", required=True)
+    start = sub.add_parser("start", parents=[common], epilog=EXIT_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           help="start a race (adopt mode: candidates that already run)")
+    start.add_argument("--candidate-url", action="append", default=[], metavar="NAME=URL",
+                       required=True, help="a candidate engine that already runs (repeatable)")
+    outcome = start.add_mutually_exclusive_group()
+    outcome.add_argument("--promote", choices=("best",), default="best",
+                         help="cut over to the winner (the default)")
+    outcome.add_argument("--report-only", action="store_true",
+                         help="stop at the ranking; old keeps serving")
+    start.add_argument("--sample-rate", type=float, metavar="R",
+                       help="share of generation requests mirrored to every candidate (1.0)")
+    start.add_argument("--max-duration", type=float, metavar="S",
+                       help="deadline of the race (default 1800)")
+    start.add_argument("--served-model-name", metavar="NAME",
+                       help="model the candidates must serve (default: old's)")
+    start.add_argument("--gate", action="append", default=[], metavar="KEY=JSON",
+                       help="a gate criterion for this race, e.g. min_samples=100 "
+                            "(repeatable; default: the proxy's --gate-* settings)")
+    start.add_argument("--cutover", action="append", default=[], metavar="KEY=JSON",
+                       help="a setting of the promotion's cutover, e.g. post_promotion_s=60")
+    start.add_argument("--wait", action="store_true", help="follow it until it ends")
+    status = sub.add_parser("status", parents=[common], epilog=EXIT_HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            help="phase, winner, and each candidate's state and reason")
+    status.add_argument("--json", action="store_true", help="print the status JSON")
+    status.add_argument("--watch", action="store_true", help="follow it until it ends")
+    sub.add_parser("abort", parents=[common], epilog=EXIT_HELP,
+                   formatter_class=argparse.RawDescriptionHelpFormatter,
+                   help="stop the race; old keeps serving")
+    kernels = sub.add_parser("candidates", help="the NVFP4 kernel candidates of --kernels auto")
+    kernels.add_argument("--kernels", choices=("auto",), default="auto")
+    kernels.add_argument("--vllm-version", required=True, metavar="V", help="target vLLM")
+    kernels.add_argument("--compute-capability", required=True, metavar="X.Y",
+                         help="the GPU's compute capability, e.g. 10.0 (B200), 12.0, 9.0")
+    kernels.add_argument("--moe", action="store_true", help="also the NVFP4 MoE backends")
+    kernels.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=_run)
+
+
+def _pairs(items: list[str], flag: str, parse_json: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} takes {'KEY=JSON' if parse_json else 'NAME=URL'}, "
+                             f"got {item!r}")
+        if parse_json:
+            try:
+                out[key] = json.loads(value)
+            except ValueError:
+                raise ValueError(f"{flag} {key}: {value!r} is not JSON") from None
+        else:
+            out[key] = value
+    return out
+
+
+def start_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The start body from the flags; ValueError quoting a bad value (checked offline)."""
+    from proxy.tune.spec import TuneSpec
+
+    names = [item.partition("=")[0] for item in args.candidate_url]
+    urls = _pairs(args.candidate_url, "--candidate-url", parse_json=False)
+    if len(urls) != len(names):
+        raise ValueError(f"--candidate-url: a name is given twice in {names!r}")
+    body: dict[str, Any] = {"candidates": [{"name": n, "url": u} for n, u in urls.items()],
+                            "promote": "none" if args.report_only else "best"}
+    for flag, key in (("sample_rate", "sample_rate"), ("max_duration", "max_duration_s"),
+                      ("served_model_name", "served_model_name")):
+        if getattr(args, flag) is not None:
+            body[key] = getattr(args, flag)
+    if args.gate:
+        body["gate"] = _pairs(args.gate, "--gate", parse_json=True)
+    if args.cutover:
+        body["cutover"] = _pairs(args.cutover, "--cutover", parse_json=True)
+    TuneSpec.from_json(body)
+    return body
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.tune_command == "candidates":
+        return _candidates(args)
+    client = TuneClient(args.proxy_admin, args.admin_token or os.environ.get(TOKEN_ENV) or None)
+    try:
+        if args.tune_command == "status":
+            status = client.status()
+            if args.watch and not status["terminal"]:
+                status = _follow(client, args.interval)
+            if args.json:
+                print(json.dumps(status, indent=1, sort_keys=True))
+            else:
+                from proxy.tune.status import render_text
+
+                sys.stdout.write(render_text(status))
+            return 0 if not args.watch or status["phase"] in (None, "done") else 1
+        if args.tune_command == "start":
+            status = client.start(start_request(args))
+            print(f"tune {status['id']}: {status['phase']}, "
+                  f"{len(status['candidates'])} candidates")
+            if args.wait:
+                return 0 if _follow(client, args.interval)["phase"] == "done" else 1
+            return 0
+        status = client.abort()
+        print(f"tune {status['id']}: {status['phase']} ({status['reason']})")
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, AdminUnreachable, AdminError) as exc:
+        return admin_failure(exc, "tune")
+
+
+def _follow(client: TuneClient, interval_s: float) -> dict[str, Any]:
+    shown = 0
+    while True:
+        status = client.status()
+        for event in status.get("history", [])[shown:]:
+            stamp = time.strftime("%H:%M:%S", time.localtime(event["at_unix"]))
+            print(f"{stamp}  {event['event']}", flush=True)
+        shown = len(status.get("history", []))
+        if status["terminal"]:
+            return status
+        time.sleep(interval_s)
+
+
+def _candidates(args: argparse.Namespace) -> int:
+    from proxy.launcher.capabilities import parse_capability
+    from proxy.launcher.versions import parse_version
+    from proxy.tune.kernels import auto_candidates
+
+    try:
+        plan = auto_candidates(parse_version(args.vllm_version),
+                               parse_capability(args.compute_capability), moe=args.moe)
+    except ValueError as exc:
+        return admin_failure(exc, "tune")
+    if args.json:
+        print(json.dumps(plan.as_json(), indent=1))
+        return 0
+    print(f"vLLM {plan.release} on compute capability {args.compute_capability} "
+          f"({plan.family}): {len(plan.candidates)} candidates")
+    for c in plan.candidates:
+        words = [f"{k}={v}" for k, v in c.env] + [_quoted(a) for a in c.args]
+        print(f"  {c.name:22} {' '.join(words) or '(no kernel setting)'}")
+        if c.warning:
+            print(f"  {'':22} warning: {c.warning}")
+    print("left out:")
+    for _, reason in plan.left_out:
+        print(f"  {reason}")
+    return 0
+
+
+def _quoted(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)

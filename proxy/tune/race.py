@@ -1,0 +1,244 @@
+"""The race: several candidates shadowed on the same requests, judged and ranked (no I/O).
+
+Each candidate is judged against old by the promotion gate (`proxy.compare.gate.evaluate`:
+answers, errors, lengths, latency) with its share of the error rate: 1 - confidence split
+evenly over the candidates (Bonferroni), so the chance that any candidate passes while it
+is beyond a limit, and so that the one promoted is, is at most 1 - confidence however many
+candidates race and however often the race looks.
+
+Candidates are ranked by paired latency: on every request both answered, which one was
+faster. The share of requests on which A beat B has a confidence sequence
+(`sequential.mean_bounds`, valid at every look), its own 1 - confidence split over the
+pairs; once its upper bound is below one half, A is slower than B. A candidate slower than
+one that passed the gate is eliminated at once; so is one that fails the gate (`failed`
+when the failing check is its error rate: it crashed or refuses). The race ends when one
+candidate has passed and every other has stopped, or at the deadline (the fastest passing
+one by median then wins), or with no winner when none is left.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from proxy.compare.gate import GateCriteria, GateInputs, Verdict, evaluate
+from proxy.compare.sequential import mean_bounds
+from proxy.compare.types import Capture, ExchangeRecord
+from proxy.credentials import without_credentials
+
+LaneState = Literal["racing", "passed", "eliminated", "failed", "winner", "stopped"]
+ALIVE: frozenset[LaneState] = frozenset({"racing", "passed"})
+
+
+def answer_time_s(capture: Capture) -> float | None:
+    """The whole answer's time, as the client waited for it; None when it failed."""
+    if capture.error is not None or capture.cancelled or capture.status is None \
+            or capture.status >= 400:
+        return None
+    return capture.e2e_s
+
+
+@dataclass
+class Lane:
+    """One candidate's evidence and standing."""
+
+    name: str
+    url: str
+    state: LaneState = "racing"
+    reason: str = ""
+    records: list[ExchangeRecord] = field(default_factory=list)
+    times_s: dict[int, float] = field(default_factory=dict)  # request number -> answer time
+    old_times_s: dict[int, float] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    stopped_at_requests: int | None = None
+
+    def stop(self, state: LaneState, reason: str) -> None:
+        self.state, self.reason = state, reason
+        self.stopped_at_requests = len(self.records)
+
+    def median_s(self) -> float | None:
+        return statistics.median(self.times_s.values()) if self.times_s else None
+
+    def as_json(self) -> dict[str, Any]:
+        verdict = self.verdict
+        old = statistics.median(self.old_times_s.values()) if self.old_times_s else None
+        mine = self.median_s()
+        return {"name": self.name, "url": without_credentials(self.url), "state": self.state, "reason": self.reason,
+                "requests": len(self.records),
+                "stopped_at_requests": self.stopped_at_requests,
+                "verdict": verdict.verdict if verdict else None,
+                "gate_reasons": verdict.reasons if verdict else [],
+                "samples": verdict.samples if verdict else 0,
+                "divergence_by_field": _divergence_by_field(self.records),
+                "median_answer_s": mine, "old_median_answer_s": old,
+                "median_ratio": mine / old if mine is not None and old else None,
+                "gate_checks": verdict.details.get("checks", []) if verdict else []}
+
+
+def _divergence_by_field(records: list[ExchangeRecord]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for record in records:
+        for comparison in record.comparisons:
+            if comparison.outcome == "diverged":
+                key = comparison.field or "tokens"
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
+@dataclass(frozen=True)
+class RaceCriteria:
+    """How a race judges: the gate's criteria (their confidence covers the whole choice),
+    the confidence of the ranking, and the deadline."""
+
+    gate: GateCriteria = field(default_factory=GateCriteria)
+    rank_confidence: float = 0.95
+    max_duration_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rank_confidence < 1:
+            raise ValueError(f"rank_confidence must be within (0, 1), got "
+                             f"{self.rank_confidence!r}")
+        if self.max_duration_s <= 0:
+            raise ValueError(f"max_duration_s must be > 0, got {self.max_duration_s!r}")
+
+    def per_candidate(self, candidates: int) -> GateCriteria:
+        """Each candidate's gate: 1 - confidence split evenly over the candidates."""
+        return replace(self.gate, confidence=1 - (1 - self.gate.confidence) / max(candidates, 1))
+
+    def pair_alpha(self, candidates: int) -> float:
+        pairs = max(candidates * (candidates - 1) // 2, 1)
+        return (1 - self.rank_confidence) / pairs
+
+
+def faster_share_bounds(a: Lane, b: Lane, alpha: float) -> tuple[float, float, int]:
+    """Bounds on the share of requests on which `a` answers faster than `b` (ties count
+    half), over the requests both answered; and how many those were."""
+    common = a.times_s.keys() & b.times_s.keys()
+    wins = sum(1.0 if a.times_s[k] < b.times_s[k] else 0.5 if a.times_s[k] == b.times_s[k]
+               else 0.0 for k in common)
+    low, high = mean_bounds(wins, len(common), alpha)
+    return low, high, len(common)
+
+
+class Race:
+    """The candidates' lanes and the rules that stop them (call `look` now and then)."""
+
+    def __init__(self, candidates: dict[str, str], criteria: RaceCriteria) -> None:
+        if not candidates:
+            raise ValueError("a race needs at least one candidate")
+        self.criteria = criteria
+        self.lanes = {name: Lane(name, url) for name, url in candidates.items()}
+        self.gate_criteria = criteria.per_candidate(len(candidates))
+        self.pair_alpha = criteria.pair_alpha(len(candidates))
+        self.winner: str | None = None
+        self.over = False
+        self.ending = ""
+
+    def racing(self) -> dict[str, str]:
+        """Name -> URL of the candidates still shadowed."""
+        return {n: lane.url for n, lane in self.lanes.items() if lane.state in ALIVE}
+
+    def observe(self, name: str, number: int, record: ExchangeRecord) -> None:
+        """Request `number`'s record for candidate `name` (ignored once it stopped)."""
+        lane = self.lanes.get(name)
+        if lane is None or lane.state not in ALIVE:
+            return
+        lane.records.append(record)
+        for capture in record.captures:
+            took = answer_time_s(capture)
+            if took is None:
+                continue
+            if capture.role == "shadow":
+                lane.times_s[number] = took
+            elif capture.role == "primary":
+                lane.old_times_s[number] = took
+
+    def fail(self, name: str, reason: str) -> None:
+        """Stop a candidate for a fault seen outside the gate (not ready, another model)."""
+        lane = self.lanes[name]
+        if lane.state in ALIVE:
+            lane.stop("failed", reason)
+
+    def look(self, elapsed_s: float) -> list[str]:
+        """Judge every candidate still in the race; the changes made, as sentences."""
+        if self.over:
+            return []
+        changes = [self._judge(lane) for lane in self.lanes.values() if lane.state in ALIVE]
+        changes += self._rank()
+        changes += self._finish(elapsed_s >= self.criteria.max_duration_s)
+        return [c for c in changes if c]
+
+    def _judge(self, lane: Lane) -> str:
+        verdict = evaluate(GateInputs.from_records(lane.records), self.gate_criteria)
+        lane.verdict = verdict
+        if verdict.verdict == "fail":
+            failing = [c for c in verdict.details.get("checks", []) if c.get("status") == "fail"]
+            crashed = any(c.get("name") == "errors" for c in failing)
+            lane.stop("failed" if crashed else "eliminated", f"gate: {verdict.reasons[0]}")
+            return f"{lane.name} {lane.state}: {lane.reason}"
+        if verdict.verdict == "pass" and lane.state == "racing":
+            lane.state, lane.reason = "passed", "gate passed; ranking by latency"
+            return f"{lane.name} passed the gate"
+        if verdict.verdict != "pass" and lane.state == "passed":
+            lane.state, lane.reason = "racing", "gate no longer passes"
+        return ""
+
+    def _rank(self) -> list[str]:
+        changes = []
+        passed = [lane for lane in self.lanes.values() if lane.state == "passed"]
+        for lane in self.lanes.values():
+            if lane.state not in ALIVE:
+                continue
+            for best in passed:
+                if best is lane or best.state != "passed":
+                    continue
+                _, high, n = faster_share_bounds(lane, best, self.pair_alpha)
+                if high < 0.5:
+                    lane.stop("eliminated", f"slower than {best.name}: faster on at most "
+                              f"{high:.0%} of {n} requests both answered")
+                    changes.append(f"{lane.name} eliminated: {lane.reason}")
+                    break
+        return changes
+
+    def _finish(self, deadline: bool) -> list[str]:
+        alive = [lane for lane in self.lanes.values() if lane.state in ALIVE]
+        passed = [lane for lane in alive if lane.state == "passed"]
+        if not alive:
+            return [self._end(None, "no candidate is left: none passed the gate")]
+        if len(alive) == 1 and passed:
+            return [self._end(passed[0], "the only candidate left passed the gate")]
+        if not deadline:
+            return []
+        for lane in alive:
+            if lane.state == "racing":
+                lane.stop("stopped", "undecided at the deadline")
+        if not passed:
+            return [self._end(None, "deadline: no candidate passed the gate")]
+        best = min(passed, key=lambda lane: lane.median_s() or float("inf"))
+        for lane in passed:
+            if lane is not best:
+                lane.stop("stopped", f"deadline: {best.name} has the lower median")
+        return [self._end(best, "deadline: the fastest candidate that passed the gate, "
+                                "by median answer time")]
+
+    def _end(self, winner: Lane | None, why: str) -> str:
+        self.over = True
+        self.ending = why
+        if winner is None:
+            return f"race over without a winner: {why}"
+        winner.state, winner.reason = "winner", why
+        self.winner = winner.name
+        return f"{winner.name} wins: {why}"
+
+    def abort(self, reason: str) -> None:
+        for lane in self.lanes.values():
+            if lane.state in ALIVE:
+                lane.stop("stopped", reason)
+        self.over, self.ending = True, reason
+
+    def as_json(self) -> dict[str, Any]:
+        return {"winner": self.winner, "over": self.over, "ending": self.ending,
+                "gate_confidence_per_candidate": self.gate_criteria.confidence,
+                "rank_alpha_per_pair": self.pair_alpha,
+                "candidates": [lane.as_json() for lane in self.lanes.values()]}

@@ -1,0 +1,96 @@
+"""One meaning of `GateInputs`: the store's aggregates and `GateInputs.from_records` give
+the same inputs from the same records (counts, close matches, samples, lengths, pairs).
+
+The records are varied on purpose: streamed and unstreamed, a baseline asked streamed or
+not, errors, HTTP failures, cancellations, missing token counts, close divergences, and
+exchanges without a shadow or a baseline. Before the fold was shared, the store dropped
+`close` and every output length (the live gate skipped its length check).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from proxy.compare.tally import GateInputs
+from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta, Role
+from proxy.store import SqliteStore
+
+
+def _capture(rng: random.Random, role: Role, stream: bool) -> Capture:
+    fate = rng.random()
+    error = "timeout" if fate < 0.05 else None
+    status = None if error else (503 if fate < 0.08 else 200)
+    tokens = None if rng.random() < 0.05 else rng.randint(1, 40)
+    ttft = rng.lognormvariate(-3, 0.5)
+    e2e = ttft + (tokens or 1) * rng.lognormvariate(-4, 0.3)
+    itl = tuple(round(rng.uniform(0.001, 0.05), 4) for _ in range(max(0, (tokens or 1) - 1))) \
+        if stream else ()
+    return Capture(role=role, backend=role, status=status, ttft_s=ttft if stream else e2e,
+                   itl_s=itl, e2e_s=None if error else e2e, output_tokens=tokens,
+                   finish_reason="length", text="", token_ids=None, error=error,
+                   cancelled=fate > 0.97)
+
+
+def _comparison(rng: random.Random, against: Role) -> Comparison:
+    outcome = rng.choice(["match"] * 6 + ["diverged"] * 3 + ["not_comparable", "error"])
+    close = rng.random() < 0.5 if outcome == "diverged" else None
+    return Comparison(against, outcome, outcome == "match",  # type: ignore[arg-type]
+                      3 if outcome == "diverged" else None, None, 0, True, close)
+
+
+def varied_records(seed: int, n: int) -> list[ExchangeRecord]:
+    rng = random.Random(seed)
+    records = []
+    for i in range(n):
+        stream = rng.random() < 0.7
+        roles: list[Role] = ["primary"]
+        if rng.random() < 0.9:
+            roles.append("shadow")
+        if rng.random() < 0.6:
+            roles.append("baseline")
+        meta = RequestMeta(endpoint="chat", stream=stream, deterministic=rng.random() < 0.8,
+                           prompt_sha256=f"{i:064x}", prompt_chars=10, max_tokens=40)
+        extra = {"baseline_streamed": rng.random() < 0.5} if "baseline" in roles else {}
+        records.append(ExchangeRecord(
+            request_id=f"r{i}", started_unix=1000.0 + i, meta=meta,
+            captures=tuple(_capture(rng, role, stream) for role in roles),
+            comparisons=tuple(_comparison(rng, role) for role in roles[1:]), extra=extra))
+    return records
+
+
+def _normal(inputs: GateInputs) -> GateInputs:
+    """Drop what only the store counts (admission) and zero-request roles."""
+    return replace(inputs, admission=None,
+                   requests={k: v for k, v in inputs.requests.items() if v},
+                   errors={k: v for k, v in inputs.errors.items() if inputs.requests.get(k)})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_store_and_memory_build_the_same_gate_inputs(tmp_path, seed) -> None:
+    records = varied_records(seed, 300)
+    store = SqliteStore(str(tmp_path / "records.db"))
+    try:
+        store.write(records)
+        from_store = store.aggregates().gate_inputs()
+    finally:
+        store.close()
+    from_memory = GateInputs.from_records(records)
+    assert _normal(from_store) == _normal(from_memory)
+    # the live gate's lengths and the pairs are there, not silently empty
+    assert from_store.pairs["output_tokens"].new
+    assert from_store.pairs["ttft"].basis == "capture worker"
+    assert from_store.new_vs_old.close > 0
+
+
+def test_the_latency_window_means_the_same_records(tmp_path) -> None:
+    records = varied_records(9, 120)
+    store = SqliteStore(str(tmp_path / "records.db"))
+    try:
+        store.write(records)
+        from_store = store.aggregates(latency_window=50).gate_inputs()
+    finally:
+        store.close()
+    assert _normal(from_store) == _normal(GateInputs.from_records(records, latency_window=50))

@@ -1,0 +1,145 @@
+"""The race core on synthetic records: gate per candidate, paired ranking, early stops."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from proxy.compare.gate import GateCriteria
+from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
+from proxy.tune.race import Race, RaceCriteria, faster_share_bounds
+
+META = RequestMeta(endpoint="chat", stream=True, deterministic=True,
+                   prompt_sha256="ab" * 32, prompt_chars=5, max_tokens=6)
+
+
+def _capture(role: str, e2e_s: float, error: str | None = None) -> Capture:
+    return Capture(role=role, backend=role, status=None if error else 200,  # type: ignore[arg-type]
+                   ttft_s=e2e_s / 4, itl_s=(e2e_s / 20,) * 15, e2e_s=e2e_s, output_tokens=16,
+                   finish_reason="stop", text="", token_ids=None, error=error)
+
+
+def _record(n: int, old_s: float, new_s: float, diverged: bool = False,
+            error: str | None = None) -> ExchangeRecord:
+    outcome = "error" if error else "diverged" if diverged else "match"
+    comparison = Comparison("shadow", outcome, outcome == "match",  # type: ignore[arg-type]
+                            3 if diverged else None, 1 if diverged else 0, 0, True, None,
+                            field="tool_arguments" if diverged else None)
+    return ExchangeRecord(f"r{n}", 1000.0 + n, META,
+                          (_capture("primary", old_s), _capture("shadow", new_s, error)),
+                          (comparison,))
+
+
+# The gate as a short test can decide it: errors judged loosely, no p99 (its bounds need
+# about a thousand samples), lengths not judged.
+CRITERIA = RaceCriteria(GateCriteria(min_samples=30, min_latency_samples=20,
+                                     max_error_rate_excess=0.2, max_length_shift=None,
+                                     max_ttft_p99_ratio=None, max_tpot_p99_ratio=None,
+                                     max_tpot_unstreamed_p99_ratio=None),
+                        max_duration_s=600)
+
+
+def _feed(race: Race, profiles: dict[str, tuple[float, float, bool]], start: int,
+          count: int, rng: random.Random) -> None:
+    """`profiles`: name -> (speed factor against old, divergence rate, crashed)."""
+    for n in range(start, start + count):
+        old_s = 0.2 * rng.uniform(0.9, 1.1)
+        for name, (factor, diverge, crashed) in profiles.items():
+            new_s = old_s * factor * rng.uniform(0.9, 1.1)
+            race.observe(name, n, _record(n, old_s, new_s, rng.random() < diverge,
+                                          "connect" if crashed else None))
+
+
+def test_four_candidates_the_fast_identical_one_wins() -> None:
+    rng = random.Random(7)
+    race = Race({"fast": "http://a", "diverging": "http://b", "slow": "http://c",
+                 "crash": "http://d"}, CRITERIA)
+    healthy = {"fast": (0.6, 0.0, False), "diverging": (0.5, 0.4, False),
+               "slow": (1.6, 0.0, False), "crash": (0.7, 0.0, False)}
+    _feed(race, healthy, 0, 20, rng)
+    assert race.look(1.0) == [] or not race.over  # warm-up: too few samples to decide
+    crashed = {**healthy, "crash": (0.7, 0.0, True)}
+    seen_slow_stop = None
+    for step in range(40):
+        _feed(race, crashed, 20 + step * 10, 10, rng)
+        race.look(float(step))
+        if race.lanes["slow"].state != "racing" and seen_slow_stop is None:
+            seen_slow_stop = step
+        if race.over:
+            break
+    assert race.over and race.winner == "fast"
+    assert race.lanes["diverging"].state == "eliminated"
+    assert "match" in race.lanes["diverging"].reason
+    assert race.lanes["crash"].state == "failed"
+    assert race.lanes["slow"].state == "eliminated"
+    assert seen_slow_stop is not None
+    status = race.as_json()
+    assert status["gate_confidence_per_candidate"] == pytest.approx(1 - 0.05 / 4)
+    diverging = next(c for c in status["candidates"] if c["name"] == "diverging")
+    assert diverging["divergence_by_field"].get("tool_arguments", 0) > 0
+
+
+def test_a_candidate_slower_than_one_that_passed_stops_before_its_own_gate_decides() -> None:
+    rng = random.Random(3)
+    # Both faster than old, so both pass the gate; the second is slower than the first.
+    race = Race({"a": "http://a", "b": "http://b"}, CRITERIA)
+    for step in range(60):
+        _feed(race, {"a": (0.5, 0.0, False), "b": (0.7, 0.0, False)}, step * 10, 10, rng)
+        race.look(float(step))
+        if race.over:
+            break
+    assert race.winner == "a"
+    assert race.lanes["b"].state == "eliminated"
+    assert race.lanes["b"].reason.startswith("slower than a")
+
+
+def test_nobody_wins_when_every_candidate_fails() -> None:
+    race = Race({"x": "http://x"}, CRITERIA)
+    rng = random.Random(1)
+    for step in range(30):
+        _feed(race, {"x": (1.0, 0.5, False)}, step * 10, 10, rng)
+        race.look(float(step))
+    assert race.over and race.winner is None
+    assert race.lanes["x"].state == "eliminated"
+
+
+def test_the_deadline_picks_the_fastest_passing_one_by_median() -> None:
+    rng = random.Random(5)
+    race = Race({"a": "http://a", "b": "http://b"}, RaceCriteria(CRITERIA.gate, max_duration_s=10))
+    # Same speed: neither bound separates them, so only the deadline ends it.
+    for step in range(10):
+        _feed(race, {"a": (0.5, 0.0, False), "b": (0.5, 0.0, False)}, step * 10, 10, rng)
+        race.look(float(step))
+    assert not race.over
+    race.look(10.0)
+    assert race.over and race.winner in ("a", "b")
+    loser = "b" if race.winner == "a" else "a"
+    assert race.lanes[loser].state == "stopped"
+
+
+def test_paired_bounds_are_symmetric_and_need_data() -> None:
+    race = Race({"a": "http://a", "b": "http://b"}, CRITERIA)
+    low, high, n = faster_share_bounds(race.lanes["a"], race.lanes["b"], 0.05)
+    assert (low, high, n) == (0.0, 1.0, 0)
+    for k in range(50):
+        race.lanes["a"].times_s[k] = 1.0
+        race.lanes["b"].times_s[k] = 2.0
+    low_ab, high_ab, _ = faster_share_bounds(race.lanes["a"], race.lanes["b"], 0.05)
+    low_ba, high_ba, _ = faster_share_bounds(race.lanes["b"], race.lanes["a"], 0.05)
+    assert low_ab > 0.5 > high_ba
+    assert low_ab == pytest.approx(1 - high_ba)
+    assert high_ab == pytest.approx(1 - low_ba)
+
+
+def test_bad_race_criteria_are_refused_quoting_the_value() -> None:
+    with pytest.raises(ValueError, match="1.5"):
+        RaceCriteria(rank_confidence=1.5)
+    with pytest.raises(ValueError, match="at least one"):
+        Race({}, CRITERIA)
+
+
+def test_the_status_shows_candidate_urls_without_their_credentials() -> None:
+    race = Race({"a": "http://user:secret@a:1"}, CRITERIA)
+    shown = race.as_json()["candidates"][0]["url"]
+    assert "secret" not in shown and shown.endswith("a:1")
