@@ -12,6 +12,13 @@ The limit: TCP merges segments that wait in the receive queue and keeps the newe
 stamp, so a read later than the gap between two events times both at the second. It
 takes the reader's lateness out of the timing up to one event gap, not beyond.
 
+Linux turns receive stamping on for the whole host in deferred work, after the first
+socket asks for it and while any socket still does; until that work has run a read is
+stamped when it is read. So the first stamped connection also opens one idle socket that
+asks for stamps for the life of the process (`keep_stamping_on`): connections that come
+and go do not switch it off and on again, and only the very first reads of a process can
+be timed late.
+
 Only plain TCP (the mirror lanes' http:// backends); https keeps asyncio's own transport.
 """
 
@@ -30,6 +37,35 @@ SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 READ_BYTES = 256 * 1024
 ANCILLARY_BYTES = socket.CMSG_SPACE(32)
 MAX_AGE_NS = 60 * 10**9  # an older stamp is a clock step, not a queue: use the read time
+
+
+_keeper: socket.socket | None = None
+
+
+def keep_stamping_on() -> socket.socket:
+    """One idle socket asking for receive stamps while the process lives (idempotent)."""
+    global _keeper
+    if _keeper is None:
+        keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        keeper.bind(("127.0.0.1", 0))
+        keeper.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        keeper.setblocking(False)
+        _keeper = keeper
+    return _keeper
+
+
+def stamping_works(wait_s: float = 0.02) -> bool:
+    """Whether the kernel stamps arrivals now: a datagram to the keeper, read `wait_s`
+    later, must carry a stamp at least that old (blocks for `wait_s`; for tests and
+    diagnostics)."""
+    keeper = keep_stamping_on()
+    keeper.sendto(b"probe", keeper.getsockname())
+    time.sleep(wait_s)
+    try:
+        _data, ancillary, _flags, _addr = keeper.recvmsg(64, ANCILLARY_BYTES)
+    except BlockingIOError:
+        return False
+    return perf_counter() - arrival_time(ancillary) >= wait_s * 0.9
 
 
 class StampedProtocol(Protocol):
@@ -168,6 +204,7 @@ async def open_stamped(protocol_factory: Callable[[], P], host: str,
                        port: int) -> tuple[StampedTransport, P]:
     """Connect like loop.create_connection, with arrival timestamps on every read."""
     loop = asyncio.get_running_loop()
+    keep_stamping_on()
     infos = _numeric(host, port) or await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     error: OSError = OSError(f"no address for {host!r}")
     for family, kind, proto, _name, address in infos:

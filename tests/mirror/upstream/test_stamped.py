@@ -13,7 +13,7 @@ from typing import Any
 from multidict import CIMultiDict
 
 from proxy.mirror.upstream.http1 import Http1Pool
-from proxy.mirror.upstream.stamped import open_stamped
+from proxy.mirror.upstream.stamped import keep_stamping_on, open_stamped, stamping_works
 
 
 class Recorder:
@@ -56,7 +56,21 @@ def _busy_until_sent(sent_at: list[float], then_s: float) -> None:
     time.sleep(then_s)
 
 
+def _stamping_switched_on(within_s: float = 5.0) -> None:
+    """The kernel switches stamping on in deferred work: on a loaded host that can lag."""
+    deadline = perf_counter() + within_s
+    while not stamping_works():
+        assert perf_counter() < deadline, "the kernel never stamped a read"
+
+
+def test_the_keeper_keeps_stamping_on_and_is_one_socket() -> None:
+    assert keep_stamping_on() is keep_stamping_on()
+    _stamping_switched_on()
+    assert stamping_works(0.05)
+
+
 async def test_a_read_is_timed_at_arrival_even_when_the_loop_was_busy() -> None:
+    _stamping_switched_on()
     sent_at: list[float] = []
 
     def script(conn: socket.socket) -> None:
@@ -160,6 +174,7 @@ async def test_a_shadow_is_timed_from_its_send_to_its_arrival(aiohttp_server: An
     from proxy.sim.app import make_sim_app
     from proxy.sim.config import SimConfig
 
+    _stamping_switched_on()
     server = await aiohttp_server(make_sim_app(SimConfig(ttft_ms=20.0, itl_ms=1.0)))
     url = str(server.make_url("")).rstrip("/")
     router = Router(RouteConfig(url, url), make_pool_factory(5.0))
