@@ -14,7 +14,7 @@ import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -27,6 +27,7 @@ ERROR_TYPE = "vllm_cutover_admin_error"
 
 Authorize = Callable[[web.Request], "web.Response | None"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+S = TypeVar("S")
 
 
 def json_answer(data: Any, status: int = 200) -> web.Response:
@@ -37,6 +38,17 @@ def json_answer(data: Any, status: int = 200) -> web.Response:
 
 def json_error(status: int, message: str, **extra: Any) -> web.Response:
     return json_answer({"error": {"message": message, "type": ERROR_TYPE}, **extra}, status)
+
+
+def service_or_error(request: web.Request, mutating: bool,
+                     get_service: Callable[[web.Request], S | None], authorize: Authorize,
+                     not_enabled: str) -> S | web.Response:
+    """The service an endpoint acts on, or the answer to send instead: 401 for a change
+    without the admin token, 501 where this proxy does not run the service."""
+    if mutating and (denied := authorize(request)) is not None:
+        return denied
+    service = get_service(request)
+    return json_error(501, not_enabled) if service is None else service
 
 
 def bearer_token(request: web.Request) -> str | None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy import adminhttp
 from proxy.adminhttp import Authorize, json_answer, json_error, read_json
 from proxy.cutover.machine import CommandRefused
 from proxy.cutover.model import Command
@@ -30,10 +31,8 @@ def add_cutover_routes(admin_app: web.Application, get_service: GetService,
     admin-token check (None: allowed, else the 401 to send)."""
 
     def service_or_error(request: web.Request, mutating: bool) -> CutoverService | web.Response:
-        if mutating and (denied := authorize(request)) is not None:
-            return denied
-        service = get_service(request)
-        return json_error(501, NOT_ENABLED) if service is None else service
+        return adminhttp.service_or_error(request, mutating, get_service, authorize,
+                                          NOT_ENABLED)
 
     async def get_status(request: web.Request) -> web.StreamResponse:
         service = service_or_error(request, mutating=False)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from proxy import adminhttp
 from proxy.adminhttp import Authorize, json_answer, json_error, read_json
 from proxy.tune.service import TuneRefused, TuneService
 from proxy.tune.spec import TuneSpec
@@ -23,10 +24,8 @@ def add_tune_routes(admin_app: web.Application, get_service: GetService,
     """Register `GET/POST /admin/tune` and `POST /admin/tune/abort`."""
 
     def service_or_error(request: web.Request, mutating: bool) -> TuneService | web.Response:
-        if mutating and (denied := authorize(request)) is not None:
-            return denied
-        service = get_service(request)
-        return json_error(501, NOT_ENABLED) if service is None else service
+        return adminhttp.service_or_error(request, mutating, get_service, authorize,
+                                          NOT_ENABLED)
 
     async def get_status(request: web.Request) -> web.StreamResponse:
         service = service_or_error(request, mutating=False)
