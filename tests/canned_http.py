@@ -11,13 +11,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 @contextmanager
-def canned_http() -> Iterator[Callable[[bytes], str]]:
-    """Yields `answer(body) -> base URL`: from then on every request gets `body`."""
+def canned_http() -> Iterator[Callable[..., str]]:
+    """Yields `answer(body, status=200) -> base URL`: from then on every request gets
+    `body` with that status."""
     current = [b"{}"]
+    code = [200]
 
     class Canned(BaseHTTPRequestHandler):
         def _answer(self) -> None:
-            self.send_response(200)
+            self.send_response(code[0])
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(current[0])))
             self.end_headers()
@@ -31,8 +33,8 @@ def canned_http() -> Iterator[Callable[[bytes], str]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Canned)
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
-    def answer(body: bytes) -> str:
-        current[0] = body
+    def answer(body: bytes, status: int = 200) -> str:
+        current[0], code[0] = body, status
         return f"http://127.0.0.1:{server.server_address[1]}"
 
     try:

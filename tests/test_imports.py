@@ -21,7 +21,7 @@ LAYERS = (
     # foundations: no knowledge of vLLM, traffic or cutovers
     "proxy", "proxy.atomic", "proxy.credentials", "proxy.tasks", "proxy.eventloop",
     "proxy.histograms", "proxy.record_hash", "proxy.statefile", "proxy.terminal", "proxy.urls",
-    "proxy.jsontext", "proxy.adminhttp", "proxy.boundedhttp",
+    "proxy.jsontext", "proxy.adminhttp", "proxy.boundedhttp", "proxy.exitcodes",
     # pure cores: values in, values out
     "proxy.compare", "proxy.launcher", "proxy.cutover", "proxy.tune",
     # what the mirror and the reports share: aggregates, metrics, the record store

@@ -28,7 +28,7 @@ def test_a_second_writer_is_refused_naming_the_holder_s_pid(tmp_path: Path) -> N
     StateFile(path, exclusive=True).close()  # released: the next proxy may start
 
 
-def test_a_second_proxy_on_the_same_file_exits_2(tmp_path: Path) -> None:
+def test_a_second_proxy_on_the_same_file_exits_3(tmp_path: Path) -> None:
     path = str(tmp_path / "state.json")
     holder = StateFile(path, exclusive=True)
     holder.put("routes", {"version": 1, "primary": "http://127.0.0.1:9", "shadow": None,
@@ -38,7 +38,7 @@ def test_a_second_proxy_on_the_same_file_exits_2(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     holder.close()
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 3, done.stderr
     assert f"pid {os.getpid()}" in done.stderr and "Traceback" not in done.stderr
     assert json.loads(Path(path).read_text())["routes"]["version"] == 1  # untouched
 
@@ -140,7 +140,7 @@ def test_a_field_of_the_wrong_size_or_type_is_named(path: tuple[Any, ...], value
 
 
 @pytest.mark.parametrize("field", ["deadline_unix", "warmup_timeout_s"])
-def test_a_400_digit_number_in_the_state_file_exits_2_naming_it(tmp_path: Path,
+def test_a_400_digit_number_in_the_state_file_exits_3_naming_it(tmp_path: Path,
                                                                 field: str) -> None:
     section = _cutover_section()
     (section["spec"] if field in section["spec"] else section)[field] = HUGE
@@ -151,6 +151,6 @@ def test_a_400_digit_number_in_the_state_file_exits_2_naming_it(tmp_path: Path,
             "--primary", "http://127.0.0.1:9", "--state-file", str(path)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 3, done.stderr
     assert field in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert "401 digits" in done.stderr and str(HUGE) not in done.stderr

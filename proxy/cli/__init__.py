@@ -15,7 +15,9 @@ from collections.abc import Sequence
 
 from proxy import __version__
 from proxy.boundedhttp import AnswerOverLimit
+from proxy.cli.parsing import Parser, chosen
 from proxy.credentials import install_log_redaction, redact
+from proxy.exitcodes import EPILOG, Exit
 
 # Order is the order shown in --help.
 SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutover", "tune", "gate",
@@ -23,8 +25,8 @@ SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutov
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="vllm-cutover",
+    parser = Parser(
+        prog="vllm-cutover", epilog=EPILOG,
         description=(
             "Upgrade vLLM serving NVFP4 models without an outage: translate old FP4 "
             "launch flags (launch, scan), shadow the new version on live traffic and "
@@ -48,9 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
-    if unknown:  # refused by the subcommand's own error where it has one (`gate` exits 4)
-        getattr(args, "usage_error", parser.error)(
-            f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown:  # told by the (sub)command that was given, with its close flag names
+        chosen(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -59,10 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     install_log_redaction()
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
-        return 2
+        return Exit.BAD_INPUT
     try:
         return int(args.func(args))
-    except AnswerOverLimit as exc:  # a peer's answer that does not end: no verdict
+    except AnswerOverLimit as exc:  # a peer's answer that does not end: not usable
         command = " ".join(filter(None, (args.command, getattr(args, "eval_command", None))))
         print(f"vllm-cutover {command}: no verdict: {redact(str(exc))}", file=sys.stderr)
-        return 3
+        return Exit.UNREACHABLE

@@ -8,22 +8,25 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 import time
 from typing import Any
 
 from proxy.cli.proxy_cmd import TOKEN_ENV
+from proxy.exitcodes import EPILOG, Exit
 
-EXIT_HELP = """exit codes:
-  0  done as asked
-  1  with --wait / --watch: the cutover ended failed, aborted or rolled back
-     (rollback --wait / abort --wait: ended otherwise than asked)
-  2  bad input: a flag value, a request the proxy rejects (400), a wrong or
-     missing admin token (401), a container or image that does not exist (404)
-  3  the proxy's admin API cannot be reached
-  4  refused in the current state (409: a cutover already runs, a command that
-     does not apply now), no container driver (501), or the proxy could not do it (5xx)
+EXIT_HELP = EPILOG + """
+for cutover and tune:
+  1  with --wait / --watch: it ended otherwise than asked (failed, aborted,
+     rolled back)
+  3  also a request the proxy rejects (400, 404: a container or image that does
+     not exist, 422)
+  4  the proxy's admin API cannot be reached, or an engine the start names (502)
+  5  a missing or wrong admin token (401), a state that does not allow it (409: a
+     cutover already runs), no container driver (501), the proxy could not do it
+     (other 5xx)
 """
 ENDS = {"start": "done", "promote": "done", "rollback": "rolled_back", "abort": "aborted"}
 
@@ -34,15 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Talk to the sidecar proxy's admin API, where the cutover runs: start "
                     "the new vLLM container from the old one's configuration, shadow it, "
                     "promote it when the gate passes, keep the old one as the way back.",
-        epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXIT_HELP)
     common = admin_parent()
     sub = parser.add_subparsers(dest="cutover_command", metavar="ACTION", required=True)
     start = sub.add_parser("start", parents=[common], epilog=EXIT_HELP,
-                           formatter_class=argparse.RawDescriptionHelpFormatter,
                            help="start a cutover (checked before anything changes)")
     _start_arguments(start)
     status = sub.add_parser("status", parents=[common], epilog=EXIT_HELP,
-                            formatter_class=argparse.RawDescriptionHelpFormatter,
                             help="phase, old/new, verdict, samples, time left, history")
     status.add_argument("--json", action="store_true", help="print the status JSON")
     status.add_argument("--watch", action="store_true",
@@ -50,8 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, text in (("promote", "make the new version primary now the gate passes"),
                        ("rollback", "make the old version primary again (after promotion)"),
                        ("abort", "stop before promotion: old stays, new is removed")):
-        cmd = sub.add_parser(name, parents=[common], help=text, epilog=EXIT_HELP,
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        cmd = sub.add_parser(name, parents=[common], help=text, epilog=EXIT_HELP)
         if name == "promote":
             cmd.add_argument("--force", action="store_true",
                              help="promote without waiting for the gate to pass")
@@ -164,8 +164,24 @@ def start_request(args: argparse.Namespace) -> dict[str, Any]:
         body["new_env"] = env
     if args.new_env_unset:
         body["new_env_unset"] = list(args.new_env_unset)
-    CutoverSpec.from_json(body)  # the proxy checks again; this catches typos offline
+    try:
+        CutoverSpec.from_json(body)  # the proxy checks again; this catches typos offline
+    except ValueError as exc:
+        raise ValueError(in_flag_names(str(exc))) from None
     return body
+
+
+_FIELD_WORD = re.compile(r"\b([a-z]+(?:_[a-z]+)+)\b")  # with an underscore: not English
+
+
+def in_flag_names(message: str) -> str:
+    """A start request's error with its field names (those with an underscore) as the
+    flags that set them."""
+    from proxy.cutover.spec import CutoverSpec
+
+    flags = {name: "--" + name.removesuffix("_s").replace("_", "-")
+             for name in CutoverSpec.__dataclass_fields__ if name != "auto_promote"}
+    return _FIELD_WORD.sub(lambda m: flags.get(m.group(1), m.group(1)), message)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -186,10 +202,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{action}: accepted; cutover {status['id']} is {status['phase']}")
         if args.wait:
             final = _follow(client, args.interval)
-            return 0 if final["phase"] == ENDS[action] else 1
-        return 0
+            return Exit.OK if final["phase"] == ENDS[action] else Exit.FAIL
+        return Exit.OK
     except KeyboardInterrupt:  # --wait / --watch only stop following; the cutover goes on
-        return 130
+        return Exit.INTERRUPTED
     except (ValueError, AdminUnreachable, AdminError) as exc:
         return admin_failure(exc, "cutover")
 
@@ -198,15 +214,18 @@ def admin_failure(exc: Exception, command: str) -> int:
     """Print why an admin-API client command failed; its exit code (see EXIT_HELP)."""
     from proxy.cutover.client import AdminError, AdminUnreachable
 
-    code, message = 2, str(exc)  # ValueError: bad input
+    code, message = Exit.BAD_INPUT, str(exc)  # ValueError: bad input
     if isinstance(exc, AdminUnreachable):
-        code = 3
+        code = Exit.UNREACHABLE
     elif isinstance(exc, AdminError) and exc.status == 401:
         message = (f"the admin API refused the token (401): {exc}; pass --admin-token "
                    f"or set {TOKEN_ENV}")
+        code = Exit.REFUSED
     elif isinstance(exc, AdminError):
         message = f"the proxy answered {exc.status}: {exc}"
-        code = 2 if exc.status in (400, 404, 422) else 4
+        code = (Exit.BAD_INPUT if exc.status in (400, 404, 422)
+                else Exit.UNREACHABLE if exc.status in (502, 504)  # an engine it names is down
+                else Exit.REFUSED)
     print(f"vllm-cutover {command}: {message}", file=sys.stderr)
     return code
 
@@ -224,8 +243,8 @@ def _status(client: Any, args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(status))
     if args.watch and status["phase"] is not None:
-        return 0 if status["phase"] == "done" else 1
-    return 0
+        return Exit.OK if status["phase"] == "done" else Exit.FAIL
+    return Exit.OK
 
 
 def _follow(client: Any, interval_s: float) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from proxy.exitcodes import Exit
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -51,5 +53,5 @@ def _run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         print(f"vllm-cutover demo: {exc}", file=sys.stderr)
-        return 2
+        return Exit.BAD_INPUT
     return run_demo(config)

@@ -14,10 +14,10 @@ from typing import Any
 
 from proxy.atomic import write_text_atomic
 from proxy.credentials import redact, redact_json
+from proxy.evaluate.jsonl import EngineUnreachable
+from proxy.exitcodes import EPILOG, Exit
 
-EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 1, 2, 3
-EXIT_HELP = ("exit codes: 0 pass, 1 fail, 2 bad input or an engine that cannot be used, "
-             "3 inconclusive")
+EXIT_HELP = EPILOG
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,13 +36,18 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", metavar="OUT.html", help="also write an HTML report (atomically)")
 
 
+def fail_code(exc: Exception) -> Exit:
+    """An engine that cannot be used is UNREACHABLE; any other error is the input's."""
+    return Exit.UNREACHABLE if isinstance(exc, EngineUnreachable) else Exit.BAD_INPUT
+
+
 def fail(command: str, exc: Exception) -> int:
     print(f"vllm-cutover eval {command}: error: {redact(str(exc))}", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return fail_code(exc)
 
 
 def verdict_exit(verdict: str) -> int:
-    return {"pass": 0, "fail": EXIT_FAIL}.get(verdict, EXIT_INCONCLUSIVE)
+    return {"pass": Exit.OK, "fail": Exit.FAIL}.get(verdict, Exit.INCONCLUSIVE)
 
 
 def to_json(result: Any) -> Any:

@@ -1,7 +1,7 @@
 """`vllm-cutover gate`: the promotion verdict as an exit code (Argo Rollouts `job`, CI).
 
 From one sidecar (`--url`, its admin API) or from every sidecar at once through
-Prometheus (`--prometheus`, the fleet verdict). Exit codes: EXIT_CODES.
+Prometheus (`--prometheus`, the fleet verdict). Exit codes: `proxy.exitcodes`.
 """
 
 from __future__ import annotations
@@ -12,14 +12,23 @@ import math
 import os
 import sys
 import urllib.request
-from typing import Any, NoReturn
+from typing import Any
 
 from proxy import boundedhttp
 from proxy.cli.gate_args import add_gate_arguments, gate_criteria
 from proxy.cli.proxy_cmd import GATE_TOKEN_ENV, TOKEN_ENV
 from proxy.credentials import redact
+from proxy.exitcodes import EPILOG, Exit
 
-EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 2, "unavailable": 3, "usage": 4}
+VERDICT_EXIT = {"pass": Exit.OK, "fail": Exit.FAIL, "inconclusive": Exit.INCONCLUSIVE}
+
+
+class NoVerdict(RuntimeError):
+    """No gate answer to judge: `code` is UNREACHABLE, or REFUSED for a refused token."""
+
+    def __init__(self, message: str, code: Exit = Exit.UNREACHABLE) -> None:
+        super().__init__(message)
+        self.code = code
 MAX_ANSWER_BYTES = 4 * 1024 * 1024  # a gate answer is a few KiB
 
 
@@ -29,12 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the promotion verdict as an exit code: one sidecar or the fleet via Prometheus",
         description=(
             "Ask one sidecar's gate (--url) or compute the fleet's verdict from every "
-            "sidecar's metrics in Prometheus (--prometheus). Exit 0 pass, 1 fail, "
-            "2 inconclusive, 3 no verdict (unreachable, worker down, token refused, "
-            "Prometheus error), 4 bad arguments. The reasons go to stdout."
+            "sidecar's metrics in Prometheus (--prometheus). The reasons go to stdout. "
+            "Example: vllm-cutover gate --url http://127.0.0.1:8001"
         ),
+        epilog=EPILOG,
     )
-    parser.error = _usage_error
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--url", metavar="ADMIN_URL",
                         help="a sidecar's admin URL, e.g. http://sidecar:8001 (asks "
@@ -58,16 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the verdict as JSON (as /admin/gate/analysis answers)")
     add_gate_arguments(parser, "criteria for --prometheus (--url uses the sidecar's own)")
-    parser.set_defaults(func=_run, usage_error=_usage_error)
-
-
-def _usage_error(message: str) -> NoReturn:
-    print(f"vllm-cutover gate: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_CODES["usage"])
+    parser.set_defaults(func=_run)
 
 
 def _from_sidecar(args: argparse.Namespace) -> dict[str, Any]:
-    """The sidecar's /admin/gate/analysis answer; RuntimeError when there is none."""
+    """The sidecar's /admin/gate/analysis answer; NoVerdict when there is none."""
     token = args.token or os.environ.get(GATE_TOKEN_ENV) or os.environ.get(TOKEN_ENV)
     url = args.url.rstrip("/") + "/admin/gate/analysis"
     request = urllib.request.Request(
@@ -75,32 +78,33 @@ def _from_sidecar(args: argparse.Namespace) -> dict[str, Any]:
     try:
         status, raw = boundedhttp.get(request, args.timeout, MAX_ANSWER_BYTES)
     except (boundedhttp.Unreachable, boundedhttp.AnswerOverLimit) as exc:
-        raise RuntimeError(str(exc)) from None
+        raise NoVerdict(str(exc)) from None
     if status != 200:
         detail = raw[:500].decode("utf-8", "replace")
-        raise RuntimeError(f"{url} answered {status}: {detail}")
+        raise NoVerdict(f"{url} answered {status}: {detail}",
+                        Exit.REFUSED if status in (401, 403) else Exit.UNREACHABLE)
     try:
         result = boundedhttp.json_answer(raw, url)
     except ValueError as exc:
-        raise RuntimeError(f"{exc}: {raw[:200]!r}") from None
+        raise NoVerdict(f"{exc}: {raw[:200]!r}") from None
     return _checked(result, url)
 
 
 def _checked(result: Any, source: str) -> dict[str, Any]:
-    """A gate answer with the fields this command reads; RuntimeError (no verdict) else."""
+    """A gate answer with the fields this command reads; NoVerdict else."""
     if not isinstance(result, dict) or result.get("verdict") not in (
             "pass", "fail", "inconclusive"):
-        raise RuntimeError(f"no verdict in the answer of {source}: {str(result)[:300]}")
+        raise NoVerdict(f"no verdict in the answer of {source}: {str(result)[:300]}")
     reasons, samples = result.get("reasons", []), result.get("samples", 0)
     if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons) \
             or isinstance(samples, bool) or not isinstance(samples, int):
-        raise RuntimeError(f"the answer of {source} has unreadable reasons or samples: "
+        raise NoVerdict(f"the answer of {source} has unreadable reasons or samples: "
                            f"{str(result)[:300]}")
     return result
 
 
 def _from_prometheus(args: argparse.Namespace) -> dict[str, Any]:
-    """The fleet verdict; ValueError for bad arguments, RuntimeError when Prometheus fails."""
+    """The fleet verdict; ValueError for bad arguments, NoVerdict when Prometheus fails."""
     from proxy.compare.gate import analysis_body
     from proxy.fleet.prometheus import PrometheusClient, PrometheusUnavailable
     from proxy.fleet.promql import FleetQueries, parse_selector, parse_window
@@ -115,10 +119,10 @@ def _from_prometheus(args: argparse.Namespace) -> dict[str, Any]:
         evidence = read_evidence(client, queries)
         return analysis_body(fleet_verdict(evidence, criteria, args.min_targets))
     except PrometheusUnavailable as exc:
-        raise RuntimeError(str(exc)) from None
+        raise NoVerdict(str(exc)) from None
     except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
         # Series without the labels the fleet queries put on them: not our sidecars' data.
-        raise RuntimeError(f"{args.prometheus} answered series this command cannot read "
+        raise NoVerdict(f"{args.prometheus} answered series this command cannot read "
                            f"({type(exc).__name__}: {exc})") from None
 
 
@@ -129,10 +133,10 @@ def _run(args: argparse.Namespace) -> int:
         result = _from_sidecar(args) if args.url else _from_prometheus(args)
     except ValueError as exc:
         print(f"vllm-cutover gate: {redact(str(exc))}", file=sys.stderr)
-        return EXIT_CODES["usage"]
-    except RuntimeError as exc:
+        return Exit.BAD_INPUT
+    except NoVerdict as exc:
         print(f"vllm-cutover gate: no verdict: {redact(str(exc))}", file=sys.stderr)
-        return EXIT_CODES["unavailable"]
+        return exc.code
     verdict = result["verdict"]
     if args.json:
         print(json.dumps(result, sort_keys=True, default=str))
@@ -140,4 +144,4 @@ def _run(args: argparse.Namespace) -> int:
         print(f"verdict: {verdict} ({result.get('samples', 0)} deterministic requests compared)")
         for reason in result.get("reasons", []):
             print(f"  {reason}")
-    return EXIT_CODES[verdict]
+    return VERDICT_EXIT[verdict]

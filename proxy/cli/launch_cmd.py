@@ -7,6 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from proxy import exitcodes
 from proxy.launcher.releases import TABLES_TEXT
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ example:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "launch", help="translate old vLLM FP4 flags for the installed vLLM, check, then exec it",
-        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=DESCRIPTION, epilog=EPILOG + "\n" + exitcodes.EPILOG,
     )
     parser.add_argument("--policy", choices=("migrate", "preserve"), default="migrate",
                         help="how to pick the kernel (default: %(default)s)")

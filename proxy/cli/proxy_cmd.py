@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from proxy.cli.gate_args import add_gate_arguments, gate_criteria
+from proxy.exitcodes import Exit
 
 if TYPE_CHECKING:
     from proxy.mirror.config import ProxyConfig
@@ -200,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
         config = build_config(args)
     except ValueError as exc:  # ConfigError and GateCriteria's checks quote the value
         print(f"vllm-cutover proxy: {exc}", file=sys.stderr)
-        return 2
+        return Exit.BAD_INPUT
     from proxy.urls import role_conflicts
 
     routes = config.routes
@@ -209,7 +210,7 @@ def _run(args: argparse.Namespace) -> int:
     for message in errors:
         print(f"vllm-cutover proxy: {message}", file=sys.stderr)
     if errors:
-        return 2
+        return Exit.BAD_INPUT
     for message in warnings:
         print(f"vllm-cutover proxy: warning: {message}", file=sys.stderr)
     from proxy.mirror.server import run
@@ -220,8 +221,8 @@ def _run(args: argparse.Namespace) -> int:
     except StateFileError as exc:
         print(f"vllm-cutover proxy: {exc} (fix or move it, or start with --state-file '' "
               "to ignore it)", file=sys.stderr)
-        return 2
+        return Exit.BAD_INPUT
     except OSError as exc:  # port in use, address not available, database not writable
         print(f"vllm-cutover proxy: cannot start: {exc}", file=sys.stderr)
-        return 1
+        return Exit.FAIL
     return 0

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from proxy.cli.gate_args import add_gate_arguments, gate_criteria
+from proxy.exitcodes import Exit
 
 if TYPE_CHECKING:
     from proxy.cutover.control import EvidenceWindow
@@ -75,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
                                 criteria=criteria, window=_window(args))
     except (ReportInputError, StateFileError, ValueError, OSError) as exc:
         print(f"vllm-cutover report: {exc}", file=sys.stderr)
-        return 2
+        return Exit.BAD_INPUT
     sys.stdout.write(rendered)
     if args.html and not args.json:
         print(f"HTML report: {args.html}")

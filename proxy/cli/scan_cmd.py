@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from proxy.exitcodes import EPILOG, Exit
 from proxy.launcher.releases import NEWEST
 
 DEFAULT_TARGET = f"{NEWEST.major}.{NEWEST.minor}"
@@ -26,14 +27,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Scan shell scripts, Dockerfiles, compose and Kubernetes YAML, env files and "
             "vLLM config YAML for FP4 settings that the target vLLM version no longer "
-            "accepts, and print the fix. Exit 1 when anything is found."
+            "accepts, and print the fix. Exit 1 when anything is found, 2 when a file "
+            "could not be read. Example: vllm-cutover scan deploy/ --target-version 0.32"
         ),
+        epilog=EPILOG,
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     parser.add_argument("--target-version", default=DEFAULT_TARGET, metavar="V",
                         help="vLLM version to upgrade to (default: %(default)s)")
     parser.add_argument("--strict-versions", action="store_true",
-                        help="refuse a target outside the launcher's tables (exit 2) instead "
+                        help="refuse a target outside the launcher's tables (exit 3) instead "
                              "of giving the newest known forms (default: off)")
     parser.add_argument("--policy", choices=("migrate", "preserve"), default="migrate",
                         help="migrate: follow the upgrade guide; preserve: nearest "
@@ -51,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="print findings (and skipped files) as JSON")
     parser.add_argument("--allow-skipped", action="store_true",
                         help="exit 0 even when files could not be read (they are still "
-                             "named); by default a skipped file makes the scan fail")
+                             "named); by default a skipped file leaves the scan inconclusive (exit 2)")
     parser.add_argument("--max-file-bytes", type=_positive_int, default=None, metavar="N",
                         help="files larger than this are skipped, not read (default: 5000000)")
     parser.set_defaults(func=_run)
@@ -73,7 +76,7 @@ def _outside(target: str, found: bool) -> str:
     if coverage(parse_version(target)) == "older":
         return placed_by_ranges(target)
     return translated_forward(target, f"at start the launcher asks vLLM {target}'s own parser "
-                              "about them (exit 2 if it rejects them)")
+                              "about them (exit 3 if it rejects them)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -88,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
     if missing:
         print(f"vllm-cutover scan: no such file or directory: {', '.join(missing)}",
               file=sys.stderr)
-        return 2
+        return Exit.BAD_INPUT
     try:
         capability = (None if args.compute_capability is None
                       else parse_capability(args.compute_capability))
@@ -99,10 +102,10 @@ def _run(args: argparse.Namespace) -> int:
         images = ImageCheck(release_of(target), bump=args.bump_image)
     except ValueError as err:
         print(f"vllm-cutover scan: {err}", file=sys.stderr)
-        return 2
+        return Exit.BAD_INPUT
     if args.bump_image and not args.fix:
         print("vllm-cutover scan: --bump-image needs --fix", file=sys.stderr)
-        return 2
+        return Exit.BAD_INPUT
     report = scan_paths(paths, translate, fix=args.fix,
                         max_file_bytes=args.max_file_bytes or MAX_FILE_BYTES, images=images)
     fixed = set(map(id, report.fixed))
@@ -137,5 +140,7 @@ def _run(args: argparse.Namespace) -> int:
         summary += f"; fixed {len(fixed)} (backups: {', '.join(backups) or 'none'})"
     print(summary, file=sys.stderr)
     if remaining:
-        return 1
-    return 2 if report.errors or (report.skipped and not args.allow_skipped) else 0
+        return Exit.FAIL
+    # a file not read leaves the scan without a verdict on it
+    incomplete = report.errors or (report.skipped and not args.allow_skipped)
+    return Exit.INCONCLUSIVE if incomplete else Exit.OK

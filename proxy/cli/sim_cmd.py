@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from proxy.exitcodes import Exit
+
 
 def _natural_range(value: str) -> tuple[int, int]:
     low, sep, high = value.partition(":")
@@ -96,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
         config = SimConfig(**values)
     except SimConfigError as exc:
         print(f"vllm-cutover sim: {exc}", file=sys.stderr)
-        return 2
+        return Exit.BAD_INPUT
     from proxy.sim.server import serve
 
     return serve(config)

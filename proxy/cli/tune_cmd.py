@@ -14,17 +14,10 @@ import sys
 import time
 from typing import Any
 
-from proxy.cli.cutover_cmd import admin_failure, admin_parent
+from proxy.cli.cutover_cmd import EXIT_HELP, admin_failure, admin_parent
 from proxy.cli.proxy_cmd import TOKEN_ENV
 from proxy.cutover.client import AdminError, AdminUnreachable, CutoverClient
-
-EXIT_HELP = """exit codes:
-  0  done as asked (with --wait / --watch: the tune ended done)
-  1  with --wait / --watch: the tune ended aborted or failed
-  2  bad input, a request the proxy rejects (400), a wrong or missing admin token (401)
-  3  the proxy's admin API cannot be reached
-  4  refused in the current state (409), or the proxy could not do it (5xx)
-"""
+from proxy.exitcodes import Exit
 
 
 class TuneClient(CutoverClient):
@@ -46,11 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Mirror sampled requests to several candidate engines at once, judge "
                     "each against the serving one with the promotion gate, stop the losers "
                     "early, and promote the fastest one that answers the same.",
-        epilog=EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXIT_HELP)
     common = admin_parent()
     sub = parser.add_subparsers(dest="tune_command", metavar="ACTION", required=True)
     start = sub.add_parser("start", parents=[common], epilog=EXIT_HELP,
-                           formatter_class=argparse.RawDescriptionHelpFormatter,
                            help="start a race (adopt mode: candidates that already run)")
     start.add_argument("--candidate-url", action="append", default=[], metavar="NAME=URL",
                        required=True, help="a candidate engine that already runs (repeatable)")
@@ -72,12 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="a setting of the promotion's cutover, e.g. post_promotion_s=60")
     start.add_argument("--wait", action="store_true", help="follow it until it ends")
     status = sub.add_parser("status", parents=[common], epilog=EXIT_HELP,
-                            formatter_class=argparse.RawDescriptionHelpFormatter,
                             help="phase, winner, and each candidate's state and reason")
     status.add_argument("--json", action="store_true", help="print the status JSON")
     status.add_argument("--watch", action="store_true", help="follow it until it ends")
     sub.add_parser("abort", parents=[common], epilog=EXIT_HELP,
-                   formatter_class=argparse.RawDescriptionHelpFormatter,
                    help="stop the race; old keeps serving")
     kernels = sub.add_parser("candidates", help="the NVFP4 kernel candidates of --kernels auto")
     kernels.add_argument("--kernels", choices=("auto",), default="auto")
@@ -143,19 +133,19 @@ def _run(args: argparse.Namespace) -> int:
                 from proxy.tune.status import render_text
 
                 sys.stdout.write(render_text(status))
-            return 0 if not args.watch or status["phase"] in (None, "done") else 1
+            return Exit.OK if not args.watch or status["phase"] in (None, "done") else Exit.FAIL
         if args.tune_command == "start":
             status = client.start(start_request(args))
             print(f"tune {status['id']}: {status['phase']}, "
                   f"{len(status['candidates'])} candidates")
             if args.wait:
-                return 0 if _follow(client, args.interval)["phase"] == "done" else 1
+                return Exit.OK if _follow(client, args.interval)["phase"] == "done" else Exit.FAIL
             return 0
         status = client.abort()
         print(f"tune {status['id']}: {status['phase']} ({status['reason']})")
         return 0
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
     except (ValueError, AdminUnreachable, AdminError) as exc:
         return admin_failure(exc, "tune")
 

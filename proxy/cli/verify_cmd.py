@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from proxy.cli.eval_common import EXIT_BAD_INPUT, add_replay_arguments, emit
+from proxy.cli.eval_common import EXIT_HELP, add_replay_arguments, emit, fail_code
 from proxy.cli.gate_args import add_match_arguments, match_criteria
 from proxy.credentials import redact
-
-EXIT_NO_VERDICT = 3
+from proxy.exitcodes import Exit
 
 
 def _range(value: str) -> tuple[float, float]:
@@ -38,8 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "verify", help="post-upgrade checklist: up, version, kernel used, same tokens, metrics",
         description="Each line pass / fail / n/a with the reason; exit 0 only when every "
                     "applicable line passes.",
-        epilog="exit codes: 0 every applicable line passes, 1 a line fails, 2 bad input, "
-               "3 no verdict (an answer it cannot read)")
+        epilog=EXIT_HELP)
     p.add_argument("--url", required=True, help="the engine's base URL")
     p.add_argument("--expect-version", metavar="V", help="the vLLM version /version must report")
     p.add_argument("--golden", metavar="GOLDEN",
@@ -90,12 +88,12 @@ def _run(args: argparse.Namespace) -> int:
         result = run_checklist(opts)
     except (EvalInputError, ValueError) as exc:
         print(f"vllm-cutover verify: error: {redact(str(exc))}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except NoVerdict as exc:
+        return fail_code(exc)
+    except NoVerdict as exc:  # the engine's answers cannot be read: not usable
         print(f"vllm-cutover verify: no verdict: {redact(str(exc))}", file=sys.stderr)
-        return EXIT_NO_VERDICT
+        return Exit.UNREACHABLE
     width = max(len(c.name) for c in result.checks)
     text = "".join(f"{c.status.upper():5} {c.name:{width}}  {c.detail}\n"
                    for c in result.checks) + f"verdict: {result.verdict.upper()}\n"
     emit(result, args.json, text)
-    return 0 if result.verdict == "pass" else 1
+    return Exit.OK if result.verdict == "pass" else Exit.FAIL

@@ -2,7 +2,7 @@
 
 Answers are captured by the proxy's own `CaptureBuilder`, so the eval times and parses a
 stream exactly as the live shadow does. Failures of single requests become data
-(`Capture.error`); an engine that cannot be reached at all is an `EvalInputError`.
+(`Capture.error`); an engine that cannot be reached at all is an `EngineUnreachable`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import aiohttp
 from proxy import boundedhttp
 from proxy.compare.capture import CaptureBuilder
 from proxy.compare.types import Capture, Role
-from proxy.evaluate.jsonl import EvalInputError
+from proxy.evaluate.jsonl import EngineUnreachable, EvalInputError
 from proxy.evaluate.prompts import EvalRequest
 
 ERROR_DETAIL_CHARS = 300
@@ -59,14 +59,14 @@ async def get_json(http: aiohttp.ClientSession, url: str) -> Any:
     try:
         async with http.get(url) as resp:
             if resp.status != 200:
-                raise EvalInputError(f"GET {url} answered HTTP {resp.status}")
+                raise EngineUnreachable(f"GET {url} answered HTTP {resp.status}")
             raw = await read_bounded(resp, url)
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        raise EvalInputError(f"cannot reach {url}: {exc or type(exc).__name__}") from None
+        raise EngineUnreachable(f"cannot reach {url}: {exc or type(exc).__name__}") from None
     try:
         return boundedhttp.json_answer(raw, "GET " + url)
     except ValueError as exc:
-        raise EvalInputError(str(exc)) from None
+        raise EngineUnreachable(str(exc)) from None
 
 
 async def read_bounded(resp: aiohttp.ClientResponse, url: str,

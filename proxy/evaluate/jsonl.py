@@ -10,7 +10,12 @@ from proxy.atomic import write_text_atomic
 
 
 class EvalInputError(ValueError):
-    """Bad input for `eval` / `verify`: the message quotes the bad value (exit 2)."""
+    """Bad input for `eval` / `verify`: the message quotes the bad value (exit 3)."""
+
+
+class EngineUnreachable(EvalInputError):
+    """An engine or Prometheus that does not answer, or not usably: an error status, an
+    answer that is not what was asked for (exit 4)."""
 
 
 def read_objects(path: str, what: str) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -1,5 +1,6 @@
 """What an engine exposes besides answers: its `/metrics`, a Prometheus that scrapes it,
-the GPUs (NVML). Each reader returns data or raises EvalInputError naming the URL."""
+the GPUs (NVML). Each reader returns data or raises EngineUnreachable (an EvalInputError)
+naming the URL."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import urllib.parse
 from typing import Any
 
 from proxy import boundedhttp
-from proxy.evaluate.jsonl import EvalInputError
+from proxy.evaluate.jsonl import EngineUnreachable
 from proxy.evaluate.results import GpuReading
 
 # The engine series the Grafana dashboards and `eval memory` read (histograms and
@@ -22,19 +23,19 @@ REQUIRED_VLLM_SERIES = (
 def http_get(url: str, timeout_s: float = 10.0,
              max_bytes: int = boundedhttp.MAX_ANSWER_BYTES) -> tuple[int, bytes]:
     """(status, body) within `timeout_s` in all and `max_bytes`: AnswerOverLimit beyond
-    (no verdict); EvalInputError when `url` cannot be reached."""
+    (no verdict); EngineUnreachable when `url` cannot be reached."""
     try:
         return boundedhttp.get(url, timeout_s, max_bytes)
     except boundedhttp.Unreachable as exc:
-        raise EvalInputError(str(exc)) from None
+        raise EngineUnreachable(str(exc)) from None
 
 
 def json_of(body: bytes, url: str) -> Any:
-    """An answer as JSON; EvalInputError naming `url` when not JSON or nested too deep."""
+    """An answer as JSON; EngineUnreachable naming `url` when not JSON or nested too deep."""
     try:
         return boundedhttp.json_answer(body, url)
     except ValueError as exc:
-        raise EvalInputError(str(exc)) from None
+        raise EngineUnreachable(str(exc)) from None
 
 
 def engine_samples(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -43,14 +44,14 @@ def engine_samples(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 
     status, body = http_get(url + "/metrics")
     if status != 200:
-        raise EvalInputError(f"{url}/metrics answered HTTP {status}")
+        raise EngineUnreachable(f"{url}/metrics answered HTTP {status}")
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     try:
         for family in text_string_to_metric_families(body.decode("utf-8", "replace")):
             for sample in family.samples:
                 out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
     except ValueError as exc:
-        raise EvalInputError(f"{url}/metrics is not Prometheus text: {exc}") from None
+        raise EngineUnreachable(f"{url}/metrics is not Prometheus text: {exc}") from None
     return out
 
 
@@ -71,7 +72,7 @@ def prom_api(prom_url: str, path: str, **params: str) -> Any:
     status, body = http_get(f"{prom_url.rstrip('/')}{path}" + (f"?{query}" if query else ""))
     doc = json_of(body, f"{prom_url}{path} (HTTP {status})")
     if status != 200 or doc.get("status") != "success":  # not an object: no verdict
-        raise EvalInputError(f"{prom_url}{path} answered HTTP {status}: {doc.get('error')}")
+        raise EngineUnreachable(f"{prom_url}{path} answered HTTP {status}: {doc.get('error')}")
     return doc["data"]
 
 

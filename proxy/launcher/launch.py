@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from proxy.exitcodes import Exit
 from proxy.launcher import execute, explain, outside
 from proxy.launcher.capabilities import Capability
 from proxy.launcher.command import Command, CommandError, find_flags, parse_command, server_argv
@@ -36,9 +37,9 @@ from proxy.launcher.versions import (
 if TYPE_CHECKING:
     from proxy.launcher.preflight import PreflightReport
 
-EXIT_BAD_INPUT = 2
-EXIT_PREFLIGHT = 3
-EXIT_NOT_FOUND = 127
+EXIT_BAD_INPUT = Exit.BAD_INPUT
+EXIT_PREFLIGHT = Exit.REFUSED  # the chosen kernel cannot work on this GPU
+EXIT_NOT_FOUND = Exit.NOT_FOUND
 # Where a dry run says the translated --config copy would go (mkdtemp's name pattern).
 PENDING_DIR = os.path.join(tempfile.gettempdir(), "vllm-cutover-XXXXXXXX")
 

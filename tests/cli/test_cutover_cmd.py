@@ -89,27 +89,27 @@ async def test_start_sends_the_typed_request(stub: Stub, capsys) -> None:
 @pytest.mark.parametrize(("argv", "quoted"), [
     (("--old", "a", "--new-image", "b", "--new-env", "NOEQUALS"), "KEY=VALUE, got 'NOEQUALS'"),
     (("--old", "a", "--new-image", "b", "--min-samples", "0"), "got 0"),
-    (("--old", "a"), "give exactly one of new_image"),
+    (("--old", "a"), "give exactly one of --new-image"),  # flag names, not API fields
     (("--new-url", "localhost:8000"), "'localhost:8000'"),
 ])
-async def test_bad_input_exits_2_without_calling_the_proxy(stub: Stub, capsys, argv,
+async def test_bad_input_exits_3_without_calling_the_proxy(stub: Stub, capsys, argv,
                                                            quoted) -> None:
-    assert await run(stub.url, "start", *argv) == 2
+    assert await run(stub.url, "start", *argv) == 3
     assert quoted in capsys.readouterr().err and stub.received == []
 
 
-async def test_admin_api_down_exits_3(capsys) -> None:
+async def test_admin_api_down_exits_4(capsys) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    assert await run(dead, "status") == 3
+    assert await run(dead, "status") == 4
     err = capsys.readouterr().err
     assert "cannot be reached" in err and dead in err and "--proxy-admin" in err
 
 
-async def test_wrong_token_exits_2_and_env_token_works(stub: Stub, capsys,
+async def test_wrong_token_exits_5_and_env_token_works(stub: Stub, capsys,
                                                        monkeypatch) -> None:
-    assert await run(stub.url, "abort", token="wrong") == 2
+    assert await run(stub.url, "abort", token="wrong") == 5
     assert "refused the token (401)" in capsys.readouterr().err and stub.received == []
     monkeypatch.setenv("VLLM_CUTOVER_ADMIN_TOKEN", TOKEN)
     assert await run(stub.url, "abort", token=None) == 0
@@ -117,10 +117,11 @@ async def test_wrong_token_exits_2_and_env_token_works(stub: Stub, capsys,
 
 
 @pytest.mark.parametrize(("path", "status", "message", "code"), [
-    ("/admin/cutover", 409, "cutover ab12 is still shadowing", 4),
-    ("/admin/cutover", 501, "start it with --driver docker", 4),
-    ("/admin/cutover", 404, "no container matches 'vllm-old'", 2),
-    ("/admin/cutover", 503, "Docker daemon unreachable", 4),
+    ("/admin/cutover", 409, "cutover ab12 is still shadowing", 5),
+    ("/admin/cutover", 501, "start it with --driver docker", 5),
+    ("/admin/cutover", 404, "no container matches 'vllm-old'", 3),
+    ("/admin/cutover", 503, "Docker daemon unreachable", 5),
+    ("/admin/cutover", 502, "nothing accepts connections at http://127.0.0.1:9", 4),
 ])
 async def test_refusals_are_quoted_with_their_exit_code(stub: Stub, capsys, path, status,
                                                         message, code) -> None:
@@ -133,7 +134,7 @@ async def test_promote_force_and_refused_promote(stub: Stub, capsys) -> None:
     assert await run(stub.url, "promote", "--force") == 0
     assert stub.received[0] == ("POST /admin/cutover/promote", {"force": True})
     stub.answers["/admin/cutover/promote"] = (409, {"error": {"message": "gate inconclusive"}})
-    assert await run(stub.url, "promote") == 4
+    assert await run(stub.url, "promote") == 5
     assert "409: gate inconclusive" in capsys.readouterr().err
 
 

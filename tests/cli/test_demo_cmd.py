@@ -166,7 +166,7 @@ def test_invalid_demo_settings_are_refused() -> None:
         text=True,
         timeout=60,
     )
-    assert done.returncode == 2 and "999" in done.stderr
+    assert done.returncode == 3 and "999" in done.stderr
 
 
 def test_a_backend_that_cannot_start_is_reported_from_its_log(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from proxy.cli import main
-from proxy.cli.gate_cmd import EXIT_CODES
 from tests.canned_http import canned_http
 from tests.e2e.servers import free_port
 
@@ -27,24 +26,24 @@ from tests.e2e.servers import free_port
     (["--url", "http://a", "--timeout", "-1"], "got -1.0"),
     (["--prometheus", "http://p:9090", "--timeout", "nan"], "got nan"),
 ])
-def test_bad_arguments_exit_4(argv, quoted, capsys):
+def test_bad_arguments_exit_3(argv, quoted, capsys):
     with pytest.raises(SystemExit) as exited:
         raise SystemExit(main(["gate", *argv]))
-    assert exited.value.code == EXIT_CODES["usage"] == 4
+    assert exited.value.code == 3  # bad input
     assert quoted in capsys.readouterr().err
 
 
-def test_unreachable_exits_3(capsys):
+def test_unreachable_exits_4(capsys):
     dead = f"http://127.0.0.1:{free_port()}"
-    assert main(["gate", "--url", dead]) == 3
-    assert main(["gate", "--prometheus", dead]) == 3
+    assert main(["gate", "--url", dead]) == 4  # cannot reach
+    assert main(["gate", "--prometheus", dead]) == 4
     assert "no verdict" in capsys.readouterr().err
 
 
 def test_no_verdict_error_hides_a_url_password(capsys):
     port = free_port()
-    assert main(["gate", "--url", f"http://u:s3cret@127.0.0.1:{port}"]) == 3
-    assert main(["gate", "--prometheus", f"http://u:s3cret@127.0.0.1:{port}"]) == 3
+    assert main(["gate", "--url", f"http://u:s3cret@127.0.0.1:{port}"]) == 4
+    assert main(["gate", "--prometheus", f"http://u:s3cret@127.0.0.1:{port}"]) == 4
     err = capsys.readouterr().err
     assert "s3cret" not in err and "u:***@127.0.0.1" in err
 
@@ -71,6 +70,6 @@ def _vector(value: object) -> bytes:
 ])
 def test_an_answer_it_cannot_read_is_no_verdict_in_one_line(canned, capsys, source: str,
                                                             body: bytes) -> None:
-    assert main(["gate", source, canned(body)]) == EXIT_CODES["unavailable"] == 3
+    assert main(["gate", source, canned(body)]) == 4  # no usable answer
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no verdict" in err and "Traceback" not in err

@@ -51,12 +51,12 @@ def _launch(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess
                           text=True, env=env, cwd=ROOT, timeout=60, check=False)
 
 
-def test_a_report_that_cannot_be_written_stops_with_exit_2(tmp_path: Path,
+def test_a_report_that_cannot_be_written_stops_with_exit_3(tmp_path: Path,
                                                             fake_vllm: dict[str, str]) -> None:
     report_path = tmp_path / "no-such-dir" / "report.json"
     proc = _launch(["--dry-run", "--compute-capability", "10.0", "--no-validate",
                     "--report-json", str(report_path), "--", "vllm", "serve", *GUIDE], fake_vllm)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 3, proc.stderr
     assert f"--report-json '{report_path}': No such file or directory" in proc.stderr
     assert "Traceback" not in proc.stderr and not Path(fake_vllm["FAKE_MARKER"]).exists()
 
@@ -140,11 +140,11 @@ def test_config_file_copy(tmp_path: Path, fake_vllm: dict[str, str]) -> None:
     (["--", "vllm", "serve", "m", "--config", "/nonexistent/x.yaml"], "/nonexistent/x.yaml"),
     ([], "no command"),
 ])
-def test_bad_input_exits_2_and_runs_nothing(
+def test_bad_input_exits_3_and_runs_nothing(
     args: list[str], message: str, fake_vllm: dict[str, str],
 ) -> None:
     proc = _launch(["--no-validate", *args], fake_vllm)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 3, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not Path(fake_vllm["FAKE_MARKER"]).exists()
 
@@ -154,7 +154,7 @@ def test_config_must_be_a_regular_file(tmp_path: Path, fake_vllm: dict[str, str]
     os.mkfifo(fifo)  # reading it would wait for a writer forever
     proc = _launch(["--dry-run", "--no-validate", "--no-preflight", "--vllm-version", "0.32.0",
                     "--", "vllm", "serve", "m", "--config", str(fifo)], fake_vllm)
-    assert proc.returncode == 2 and f"--config {str(fifo)!r}: not a regular file" in proc.stderr
+    assert proc.returncode == 3 and f"--config {str(fifo)!r}: not a regular file" in proc.stderr
 
 
 def test_a_temporary_directory_only_when_a_launch_needs_it(

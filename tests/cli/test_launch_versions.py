@@ -118,7 +118,7 @@ def test_a_newer_release_without_the_parser_check_still_starts_with_the_warning(
 def test_a_translation_the_parser_cannot_judge_stops(fake_vllm: dict[str, str]) -> None:
     """This fake `python` has no vLLM: a translation nobody could check is not exec'd."""
     proc = _launch(["--", *SEED], {**fake_vllm, "FAKE_VLLM_VERSION": "0.35.0"})
-    assert proc.returncode == 2
+    assert proc.returncode == 3
     assert "vLLM 0.35.0 is newer than the launcher's tables" in proc.stderr
     assert "(--quantization nvfp4 -> (removed); --fp4-gemm-backend cutlass -> --kernel-config" \
         in proc.stderr
@@ -129,7 +129,7 @@ def test_a_translation_the_parser_cannot_judge_stops(fake_vllm: dict[str, str]) 
 def test_strict_versions_keeps_the_refusal(fake_vllm: dict[str, str], version: str) -> None:
     proc = _launch(["--strict-versions", *DRY, "--vllm-version", version, "--", *PLAIN],
                    fake_vllm)
-    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.returncode == 3 and proc.stdout == ""
     assert proc.stderr.strip() == (
         f"vllm-cutover launch: error: vLLM {version} is "
         f"{'newer' if version == '0.35.0' else 'older'} than the launcher's tables "
@@ -202,7 +202,7 @@ def test_the_real_parser_decides_on_a_newer_release(tmp_path: Path, vllm_python:
     # A 0.35-era kernel-config key the real parser does not know: our merged translation
     # of it is refused by vLLM's own validation, and nothing starts.
     rejected = _launch([*common, *model, "--kernel-config", '{"nvfp4_gemm_tiles": 4}'], env)
-    assert rejected.returncode == 2, rejected.stderr
+    assert rejected.returncode == 3, rejected.stderr
     error = rejected.stderr.splitlines()[-1]
     assert error.startswith("vllm-cutover launch: error: vLLM 0.35.0 is newer than the "
                             "launcher's tables (0.10.0 .. 0.34.x)"), error
@@ -212,7 +212,7 @@ def test_the_real_parser_decides_on_a_newer_release(tmp_path: Path, vllm_python:
     # vLLM's environment validation decides too: a variable this release does not read.
     strict_env = _launch([*common, *model, "--fail-on-environ-validation"],
                          {**env, "VLLM_FP4_FUTURE_KNOB": "1"})
-    assert strict_env.returncode == 2, strict_env.stderr
+    assert strict_env.returncode == 3, strict_env.stderr
     assert "Unknown vLLM environment variable detected: VLLM_FP4_FUTURE_KNOB" in \
         strict_env.stderr.splitlines()[-1]
     assert not ran.exists()

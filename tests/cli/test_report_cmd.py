@@ -76,13 +76,13 @@ def test_report_json_and_html_from_a_store(tmp_path: Path) -> None:
 
 def test_missing_or_foreign_database_is_an_error(tmp_path: Path) -> None:
     missing = _run("--db", str(tmp_path / "nope.db"))
-    assert missing.returncode == 2 and "nope.db" in missing.stderr
+    assert missing.returncode == 3 and "nope.db" in missing.stderr
     other = tmp_path / "other.db"
     other.write_bytes(b"not sqlite at all" * 100)
     foreign = _run("--db", str(other), "--json")
-    assert foreign.returncode == 2 and "other.db" in foreign.stderr
+    assert foreign.returncode == 3 and "other.db" in foreign.stderr
     bad = _run("--db", str(other), "--gate-min-samples", "0")
-    assert bad.returncode == 2 and "0" in bad.stderr
+    assert bad.returncode == 3 and "0" in bad.stderr
 
 
 def test_report_of_one_cutover_by_flags_or_state_file(tmp_path: Path) -> None:
@@ -109,9 +109,9 @@ def test_report_of_one_cutover_by_flags_or_state_file(tmp_path: Path) -> None:
     assert json.loads(by_state.stdout) == doc
     assert json.loads(_run("--db", db, "--json").stdout)["compared"] == 6
     half = _run("--db", db, "--since", "1000", "--old-url", OLD)
-    assert half.returncode == 2 and "needs --new-url" in half.stderr
+    assert half.returncode == 3 and "needs --new-url" in half.stderr
     both = _run("--db", db, "--state-file", str(state), "--since", "5")
-    assert both.returncode == 2 and "leave out --since" in both.stderr
+    assert both.returncode == 3 and "leave out --since" in both.stderr
     state.write_text(json.dumps({"routes": {}}))
     empty = _run("--db", db, "--state-file", str(state))
-    assert empty.returncode == 2 and "holds no cutover" in empty.stderr
+    assert empty.returncode == 3 and "holds no cutover" in empty.stderr

@@ -19,15 +19,15 @@ def deploy(tmp_path: Path) -> Path:
     return root
 
 
-def test_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["scan", str(tmp_path / "nope")]) == 2
+def test_missing_path_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scan", str(tmp_path / "nope")]) == 3
     assert "nope" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("capability", ["sm100", "99.9", "13", "100", ""])
-def test_bad_compute_capability_exits_2(capability: str, deploy: Path,
+def test_bad_compute_capability_exits_3(capability: str, deploy: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["scan", str(deploy), "--compute-capability", capability]) == 2
+    assert main(["scan", str(deploy), "--compute-capability", capability]) == 3
     assert repr(capability) in capsys.readouterr().err
 
 
@@ -70,10 +70,10 @@ def test_json_output(deploy: Path, capsys: pytest.CaptureFixture[str]) -> None:
             "value": "cutlass", "status": "manual"}.items() <= k8s[0].items()
 
 
-def test_bad_target_version_exits_2(deploy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["scan", str(deploy), "--target-version", "banana"]) == 2
+def test_bad_target_version_exits_3(deploy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scan", str(deploy), "--target-version", "banana"]) == 3
     assert "'banana'" in capsys.readouterr().err
-    assert main(["scan", str(deploy), "--target-version", "0.9", "--strict-versions"]) == 2
+    assert main(["scan", str(deploy), "--target-version", "0.9", "--strict-versions"]) == 3
     assert "vLLM 0.9 is older than the launcher's tables (0.10.0 .. 0.34.x) and " \
         "--strict-versions refuses it" in capsys.readouterr().err
 
@@ -164,4 +164,4 @@ def test_a_skipped_file_fails_the_gate_unless_allowed(
         (f"{root}/big\\xe9.sh", "skipped"), (str(root / "serve.sh"), "skipped")]
     with pytest.raises(SystemExit) as exited:
         main(["scan", str(root), "--max-file-bytes", "0"])
-    assert exited.value.code == 2 and "'0'" in capsys.readouterr().err
+    assert exited.value.code == 3 and "'0'" in capsys.readouterr().err

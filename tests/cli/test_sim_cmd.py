@@ -51,7 +51,7 @@ def test_sim_serves_until_terminated() -> None:
 @pytest.mark.parametrize(
     ("argv", "quoted"), [(["--error-rate", "1.5"], "1.5"), (["--natural-tokens", "a:b"], "'a:b'")]
 )
-def test_bad_knob_is_quoted_and_exits_2(argv: list[str], quoted: str) -> None:
+def test_bad_knob_is_quoted_and_exits_3(argv: list[str], quoted: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "proxy", "sim", *argv],
         check=False,
@@ -59,4 +59,4 @@ def test_bad_knob_is_quoted_and_exits_2(argv: list[str], quoted: str) -> None:
         text=True,
         timeout=30,
     )
-    assert done.returncode == 2 and quoted in done.stderr
+    assert done.returncode == 3 and quoted in done.stderr

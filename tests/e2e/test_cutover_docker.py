@@ -216,7 +216,7 @@ def test_faults_get_a_clear_error_and_change_nothing(docker_client: Any,
                                "--new-command=--no-such-flag", *FAST_CUTOVER
                                ).returncode == 0
             second = cutover_cli(proxy, "start", "--old", old, "--new-image", new_image)
-            assert second.returncode == 4 and "409" in second.stderr and "still" in second.stderr, \
+            assert second.returncode == 5 and "409" in second.stderr and "still" in second.stderr, \
                 second
             failed = proxy.wait_phase(["failed"], 120)
             result = load.stop()
@@ -232,7 +232,7 @@ def test_faults_get_a_clear_error_and_change_nothing(docker_client: Any,
 
     # The admin API is down: the CLI says so, with its own exit code.
     down = cutover_cli(proxy, "status")
-    assert down.returncode == 3 and proxy.admin_url in down.stderr, down
+    assert down.returncode == 4 and proxy.admin_url in down.stderr, down
 
 
 def test_docker_unreachable_is_refused_at_start(stack: dict[str, Any]) -> None:

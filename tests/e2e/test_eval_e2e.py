@@ -160,7 +160,7 @@ def test_unreachable_url_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFi
     url = f"http://127.0.0.1:{free_port()}"
     code = main(["eval", "record", "--url", url, "--prompts",
                  str(write_prompts(tmp_path / "p.jsonl", 3)), "-o", str(out)])
-    assert code == 2
+    assert code == 4
     assert f"cannot reach {url}" in capsys.readouterr().err
     assert not out.exists() and list(tmp_path.iterdir()) == [tmp_path / "p.jsonl"]
 
@@ -174,7 +174,7 @@ def test_golden_of_another_model_is_refused(golden: Path, engines: dict[str, Vll
     for row in rows[1:]:
         row["request"]["model"] = "llama-70b"
     other.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert main(["eval", "compare", "--golden", str(other), "--url", engines["old_b"].url]) == 2
+    assert main(["eval", "compare", "--golden", str(other), "--url", engines["old_b"].url]) == 3
     err = capsys.readouterr().err
     assert "llama-70b" in err and "--allow-model-mismatch" in err
     code, result = compare(other, engines["old_b"].url, capsys, "--allow-model-mismatch", *LOOSE)

@@ -65,7 +65,7 @@ def test_old_command_fails_without_launcher(vllm_python: str, tiny_model: Path,
         capture_output=True, text=True, timeout=300, check=False,
         env={**os.environ, **VLLM_ENV},
     )
-    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.returncode == 2, done.stderr[-2000:]  # vLLM's own argparse exit
     assert "unrecognized arguments: --fp4-gemm-backend" in done.stderr
 
 
@@ -209,11 +209,11 @@ def test_verify_fails_the_kernel_line_of_a_direct_start(
         assert lines["health"]["status"] == "pass"
 
 
-def test_verify_with_a_missing_report_exits_2(launched: dict[str, Launched], tmp_path: Path,
+def test_verify_with_a_missing_report_exits_3(launched: dict[str, Launched], tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.json"
     assert main(["verify", "--url", launched["removed_env"].server.url,
-                 "--launch-report", str(missing)]) == 2
+                 "--launch-report", str(missing)]) == 3
     assert "nope.json" in capsys.readouterr().err
 
 

@@ -101,13 +101,13 @@ def test_routes_survive_sigkill_and_win_over_the_command_line(sims, tmp_path):
         reset.stop(grace_s=10)
 
 
-def test_an_unreadable_state_file_is_a_clear_exit_2(sims, tmp_path):
+def test_an_unreadable_state_file_is_a_clear_exit_3(sims, tmp_path):
     state = tmp_path / "records.sqlite.state.json"
     state.write_text('{"routes": {"version": 2, "primary": "http://x:1"')  # cut short
     argv, _, _ = _proxy_argv(tmp_path, sims["old"].url)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, check=False)
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 3, done.stderr
     assert f"state file {str(state)!r} cannot be read" in done.stderr
     assert "Traceback" not in done.stderr
 

@@ -45,6 +45,6 @@ def test_error_names_the_engine_without_its_password(
     prompts.write_text('{"prompt": "x"}\n')
     url = no_logprobs_url.replace("http://", f"http://user:{SECRET}@")
     assert main(["eval", "record", "--url", url, "--prompts", str(prompts),
-                 "-o", str(tmp_path / "g.jsonl")]) == 2
+                 "-o", str(tmp_path / "g.jsonl")]) == 3
     err = capsys.readouterr().err
     assert "returned no logprobs" in err and SECRET not in err

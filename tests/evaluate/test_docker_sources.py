@@ -55,5 +55,5 @@ def test_container_memory_from_docker_stats(warned: Any) -> None:
 
 def test_unknown_container_is_bad_input(docker_client: Any,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["verify", "--url", "http://127.0.0.1:9", "--container", "no-such-box"]) == 2
+    assert main(["verify", "--url", "http://127.0.0.1:9", "--container", "no-such-box"]) == 3
     assert "no-such-box" in capsys.readouterr().err

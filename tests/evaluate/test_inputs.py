@@ -67,13 +67,13 @@ def test_golden_not_ours_or_broken_is_refused(tmp_path: Path) -> None:
         read_golden(str(path))
 
 
-def test_compare_with_malformed_golden_exits_2(tmp_path: Path,
+def test_compare_with_malformed_golden_exits_3(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "g.jsonl"
     path.write_text('{"golden": 1, "engine": {}}\nnot json\n')
     html = tmp_path / "out.html"
     assert main(["eval", "compare", "--golden", str(path), "--url", "http://127.0.0.1:9",
-                 "--html", str(html)]) == 2
+                 "--html", str(html)]) == 3
     assert "g.jsonl:2: not JSON" in capsys.readouterr().err
     assert not html.exists()
 
@@ -190,13 +190,13 @@ def test_the_perplexity_verdict_reads_the_interval_against_the_allowed_increase(
     assert perplexity_verdict(scores[:1], None, 0.05)[0] == "pass"
 
 
-def test_verify_with_an_unreadable_golden_file_exits_2(tmp_path: Path,
+def test_verify_with_an_unreadable_golden_file_exits_3(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     broken = tmp_path / "g.jsonl"
     broken.write_text('{"golden": 1, "engine": {}}\nnot json\n')
     for golden, named in ((tmp_path / "missing.jsonl", "missing.jsonl"),
                           (broken, "g.jsonl:2: not JSON")):
-        assert main(["verify", "--url", "http://127.0.0.1:9", "--golden", str(golden)]) == 2
+        assert main(["verify", "--url", "http://127.0.0.1:9", "--golden", str(golden)]) == 3
         assert named in capsys.readouterr().err
 
 

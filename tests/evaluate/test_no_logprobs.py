@@ -63,6 +63,6 @@ def test_engine_without_logprobs_is_refused(no_logprobs_url: str, tmp_path: Path
     prompts.write_text('{"prompt": "x"}\n')
     out = tmp_path / "golden.jsonl"
     assert main(["eval", "record", "--url", no_logprobs_url, "--prompts", str(prompts),
-                 "-o", str(out)]) == 2
+                 "-o", str(out)]) == 3
     assert "returned no logprobs" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]

@@ -67,7 +67,7 @@ def test_a_device_or_fifo_as_log_is_bad_input(tmp_path: Path, path: str,
     if path == "fifo":
         path = str(tmp_path / "fifo")
         os.mkfifo(path)
-    assert main(["verify", "--url", "http://127.0.0.1:9", "--log", path]) == 2
+    assert main(["verify", "--url", "http://127.0.0.1:9", "--log", path]) == 3
     assert "not a regular file" in capsys.readouterr().err
 
 
@@ -83,7 +83,7 @@ def test_a_prometheus_answer_it_cannot_read_is_no_verdict(prometheus_answering, 
                                                           capsys) -> None:
     url = prometheus_answering(body)
     # the engine is this same server (its answers unreadable too): one line, exit 3
-    assert main(["verify", "--url", url, "--prometheus", url]) == 3
+    assert main(["verify", "--url", url, "--prometheus", url]) == 4
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no verdict" in err and "Traceback" not in err
 

@@ -163,7 +163,7 @@ def test_empty_scrape_is_inconclusive(prometheus_server):
     assert "inconclusive: no sidecar matches the selector in Prometheus" in result["reasons"]
     assert cli_main(["gate", "--prometheus", prometheus_server.url,
                      "--selector", '{job="no-such-sidecars"}']) == 2
-    assert cli_main(["gate", "--prometheus", f"http://127.0.0.1:{free_port()}"]) == 3
+    assert cli_main(["gate", "--prometheus", f"http://127.0.0.1:{free_port()}"]) == 4
 
 
 def read_and_judge(prometheus_server: Any, selector: str,

@@ -69,17 +69,17 @@ def test_capture_worker_flags(capsys):
     assert config.worker_cpus == (cpu, cpu)
     with pytest.raises(SystemExit) as exited:  # argparse's own usage error
         build_parser().parse_args([*base, "--worker-cpus", "1,x"])
-    assert exited.value.code == 2
+    assert exited.value.code == 3
     assert "'1,x'" in capsys.readouterr().err
-    assert main([*base, "--worker-cpus", "100000"]) == 2
+    assert main([*base, "--worker-cpus", "100000"]) == 3
     assert "this machine has CPUs 0.." in capsys.readouterr().err
 
 
-def test_cli_rejects_bad_value_with_exit_2(capsys):
+def test_cli_rejects_bad_value_with_exit_3(capsys):
     from proxy.cli import main
 
     code = main(["proxy", "--primary", "nope", "--shadow", "http://h:1"])
-    assert code == 2
+    assert code == 3
     assert "'nope'" in capsys.readouterr().err
 
 
@@ -92,7 +92,7 @@ def test_cli_gate_criteria(capsys):
     gate = build_config(args).gate
     assert gate.min_samples == 7 and gate.require_baseline
     assert main(["proxy", "--primary", "http://h:1", "--shadow", "http://h:2",
-                 "--gate-min-match-rate", "2"]) == 2
+                 "--gate-min-match-rate", "2"]) == 3
     assert "2.0" in capsys.readouterr().err
 
 
@@ -147,7 +147,7 @@ def test_shedding_flags_and_their_bad_values(capsys):
     assert config.gate.min_coverage == 0.9 and config.worker_priority == "idle"
     for flag, bad in (("--overload-busy", "1.5"), ("--max-worker-delay-ms", "0"),
                       ("--gate-min-coverage", "-0.1")):
-        assert main([*base, flag, bad]) == 2
+        assert main([*base, flag, bad]) == 3
         assert bad in capsys.readouterr().err
 
 

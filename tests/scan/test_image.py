@@ -152,5 +152,5 @@ def test_a_new_enough_image_changes_nothing(tmp_path: Path,
 
 def test_bump_image_needs_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "compose.yaml").write_text(COMPOSE)
-    assert main(["scan", str(tmp_path), "--bump-image"]) == 2
+    assert main(["scan", str(tmp_path), "--bump-image"]) == 3
     assert "--bump-image needs --fix" in capsys.readouterr().err

@@ -130,7 +130,7 @@ def test_four_candidates_race_and_the_fast_identical_one_is_promoted(
     assert {c["url"] for c in status["candidates"]} == {up[n].url for n in names}
     assert clients.statuses and not clients.failures, clients.failures[:3]
     text = _cli(admin, "status")  # the proxy stopped: the CLI says it cannot reach it
-    assert text.returncode == 3
+    assert text.returncode == 4  # cannot reach
 
 
 def test_abort_leaves_old_serving_and_a_bad_start_is_refused(
@@ -142,14 +142,14 @@ def test_abort_leaves_old_serving_and_a_bad_start_is_refused(
         assert http_request("POST", f"{admin}/admin/tune", body).status == 401  # no token
         assert http_request("POST", f"{admin}/admin/tune/abort", {}).status == 401
         same = _cli(admin, "start", "--candidate-url", f"self={up['old'].url}")
-        assert same.returncode == 2, same.stderr
+        assert same.returncode == 3, same.stderr  # 400: bad input
         assert "candidate self" in same.stderr
         started = _cli(admin, "start", "--candidate-url", f"slow={up['slow'].url}",
                        "--candidate-url", "gone=http://127.0.0.1:9", "--report-only",
                        "--gate", "min_samples=100000")
         assert started.returncode == 0, started.stderr
         again = _cli(admin, "start", "--candidate-url", f"fast={up['fast'].url}")
-        assert again.returncode == 4 and "abort it first" in again.stderr
+        assert again.returncode == 5 and "abort it first" in again.stderr
         aborted = _cli(admin, "abort")
         assert aborted.returncode == 0, aborted.stderr
         status = json.loads(_cli(admin, "status", "--json").stdout)
