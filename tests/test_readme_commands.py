@@ -141,11 +141,11 @@ SKIPS: dict[str, str] = {
     'bash scripts/dev.sh test -m "not slow"': _SUITE,
     "vllm-cutover launch -- COMMAND...": "a synopsis: COMMAND is the reader's own vLLM "
                                          "command; the dry run below it is run",
-    "vllm-cutover proxy --port 8080 --primary http://old:8000 --admin-port 9090 "
+    "vllm-cutover proxy --port 8080 --primary http://old:8000 --admin-port 8001 "
     '--admin-token "$TOKEN"': "a server that runs until stopped, in front of the reader's "
                               "engine (http://old:8000); tests/mirror and tests/e2e run it",
-    "vllm-cutover gate --url http://sidecar:8001": "needs a sidecar with a live gate; "
-                                                   "tests/mirror/admin run it on a socket",
+    "vllm-cutover gate": "needs a sidecar with a live gate at the default admin URL; "
+                         "tests/mirror/admin run it on a socket",
     "vllm-cutover gate --prometheus http://prometheus:9090": "needs Prometheus scraping "
                                                               "sidecars; tests/fleet run it",
     "vllm-cutover cutover start --old CONTAINER --new-image IMAGE": "the reader's container "

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from proxy.cli.proxy_cmd import TOKEN_ENV
+from proxy.cli.proxy_cmd import ADMIN_URL_ENV, TOKEN_ENV, default_admin_url
 from proxy.exitcodes import EPILOG, Exit
 
 EXIT_HELP = EPILOG + """
@@ -62,8 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def admin_parent() -> argparse.ArgumentParser:
     """The flags every admin-API client subcommand takes (cutover, tune)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--proxy-admin", default="http://127.0.0.1:8001", metavar="URL",
-                        help="the proxy's admin API (default %(default)s)")
+    common.add_argument("--admin-url", "--proxy-admin", dest="proxy_admin",
+                        default=default_admin_url(), metavar="URL",
+                        help=f"the proxy's admin API (default: env {ADMIN_URL_ENV}, else "
+                             "%(default)s)")
     common.add_argument("--admin-token", metavar="T", help=f"bearer token (or env {TOKEN_ENV})")
     common.add_argument("--interval", type=float, default=1.0, metavar="S",
                         help="polling interval of --wait / --watch (default %(default)s)")
@@ -93,7 +95,8 @@ def _start_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--analysis-timeout", type=float, metavar="S",
                    help="time for the gate to pass before an abort "
                         f"(default {_default('analysis_timeout_s')})")
-    p.add_argument("--min-samples", type=int, metavar="N",
+    p.add_argument("--gate-min-samples", "--min-samples", dest="min_samples", type=int,
+                   metavar="N",
                    help="new-vs-old comparisons needed to promote "
                         f"(default {_default('min_samples')})")
     p.add_argument("--analysis-delay", type=float, metavar="S",
@@ -181,6 +184,7 @@ def in_flag_names(message: str) -> str:
 
     flags = {name: "--" + name.removesuffix("_s").replace("_", "-")
              for name in CutoverSpec.__dataclass_fields__ if name != "auto_promote"}
+    flags["min_samples"] = "--gate-min-samples"
     return _FIELD_WORD.sub(lambda m: flags.get(m.group(1), m.group(1)), message)
 
 

@@ -16,7 +16,13 @@ from typing import Any
 
 from proxy import boundedhttp
 from proxy.cli.gate_args import add_gate_arguments, gate_criteria
-from proxy.cli.proxy_cmd import GATE_TOKEN_ENV, TOKEN_ENV
+from proxy.cli.proxy_cmd import (
+    ADMIN_URL_ENV,
+    DEFAULT_ADMIN_PORT,
+    GATE_TOKEN_ENV,
+    TOKEN_ENV,
+    default_admin_url,
+)
 from proxy.credentials import redact
 from proxy.exitcodes import EPILOG, Exit
 
@@ -37,16 +43,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "gate",
         help="the promotion verdict as an exit code: one sidecar or the fleet via Prometheus",
         description=(
-            "Ask one sidecar's gate (--url) or compute the fleet's verdict from every "
+            "Ask one sidecar's gate (--admin-url) or compute the fleet's verdict from every "
             "sidecar's metrics in Prometheus (--prometheus). The reasons go to stdout. "
-            "Example: vllm-cutover gate --url http://127.0.0.1:8001"
+            "Examples: vllm-cutover gate --admin-url http://sidecar:8001; "
+            "vllm-cutover gate --prometheus http://prometheus:9090 --window 30m"
         ),
         epilog=EPILOG,
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--url", metavar="ADMIN_URL",
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--admin-url", "--url", dest="url", metavar="URL",
                         help="a sidecar's admin URL, e.g. http://sidecar:8001 (asks "
-                             "/admin/gate/analysis; its gate criteria apply)")
+                             "/admin/gate/analysis; its gate criteria apply; default without "
+                             f"--prometheus: env {ADMIN_URL_ENV}, else "
+                             f"http://127.0.0.1:{DEFAULT_ADMIN_PORT})")
     source.add_argument("--prometheus", metavar="URL",
                         help="a Prometheus URL, e.g. http://prometheus:9090: the verdict over "
                              "every sidecar --selector matches, with the criteria below")
@@ -130,6 +139,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if not 0 < args.timeout < math.inf:
             raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout!r}")
+        if args.prometheus is None and args.url is None:
+            args.url = default_admin_url()
         result = _from_sidecar(args) if args.url else _from_prometheus(args)
     except ValueError as exc:
         print(f"vllm-cutover gate: {redact(str(exc))}", file=sys.stderr)

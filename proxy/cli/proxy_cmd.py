@@ -15,6 +15,15 @@ if TYPE_CHECKING:
 
 TOKEN_ENV = "VLLM_CUTOVER_ADMIN_TOKEN"
 GATE_TOKEN_ENV = "VLLM_CUTOVER_GATE_TOKEN"
+ADMIN_URL_ENV = "VLLM_CUTOVER_ADMIN_URL"
+# Where the client commands (cutover, tune, gate) look for the admin API by default; the
+# proxy opens it only when asked (--admin-port): it is a control surface.
+DEFAULT_ADMIN_PORT = 8001
+
+
+def default_admin_url() -> str:
+    """The admin URL client commands use without --admin-url: env, else loopback:8001."""
+    return os.environ.get(ADMIN_URL_ENV) or f"http://127.0.0.1:{DEFAULT_ADMIN_PORT}"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -82,10 +91,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="keep at most N records (default %(default)s)")
     p.add_argument("--store-text", action="store_true",
                    help="also store completion text and token ids (off: hashes and lengths)")
-    p.add_argument("--admin-port", type=int, metavar="P2", help="admin API port (off if unset)")
+    p.add_argument("--admin-port", type=int, metavar="P2",
+                   help=f"admin API port (default: off; {DEFAULT_ADMIN_PORT} is where "
+                        "cutover, tune and gate look without --admin-url)")
     p.add_argument("--admin-host", default="127.0.0.1", help="admin address (default loopback)")
     p.add_argument("--admin-token", metavar="T",
-                   help=f"bearer token for mutating admin calls (or env {TOKEN_ENV})")
+                   help=f"bearer token for mutating admin calls, 8 characters or more "
+                        f"(default: env {TOKEN_ENV}; without one they are refused)")
     p.add_argument("--gate-token", metavar="T",
                    help="read-only bearer token for the Argo Rollouts / Flagger gate endpoints "
                         f"(/admin/gate/analysis, /admin/gate/flagger...; or env {GATE_TOKEN_ENV}); "

@@ -65,7 +65,7 @@ class CutoverClient:
             reason = getattr(exc, "reason", exc)
             raise AdminUnreachable(f"the proxy's admin API at {self.admin_url} cannot be "
                                    f"reached ({reason}); is the proxy running with "
-                                   "--admin-port, and is --proxy-admin right?") from None
+                                   "--admin-port, and is --admin-url right?") from None
 
 
 def _decode(raw: bytes, url: str) -> dict[str, Any]:

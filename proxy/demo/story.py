@@ -36,7 +36,7 @@ def cli_line(admin_url: str, request: dict[str, Any]) -> str:
     seconds without their `_s` (the rule of proxy/cli/cutover_cmd.py's start_request)."""
     args = " ".join(f"--{k.removesuffix('_s').replace('_', '-')} {v:g}" if isinstance(v, float)
                     else f"--{k.replace('_', '-')} {v}" for k, v in request.items())
-    return f"vllm-cutover cutover start --proxy-admin {admin_url} {args}"
+    return f"vllm-cutover cutover start --admin-url {admin_url} {args}"
 
 
 def _routes_line(status: dict[str, Any]) -> str:

@@ -104,7 +104,7 @@ async def test_admin_api_down_exits_4(capsys) -> None:
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     assert await run(dead, "status") == 4
     err = capsys.readouterr().err
-    assert "cannot be reached" in err and dead in err and "--proxy-admin" in err
+    assert "cannot be reached" in err and dead in err and "--admin-url" in err
 
 
 async def test_wrong_token_exits_5_and_env_token_works(stub: Stub, capsys,

@@ -14,7 +14,6 @@ from tests.e2e.servers import free_port
 
 
 @pytest.mark.parametrize(("argv", "quoted"), [
-    ([], "one of the arguments --url --prometheus is required"),
     (["--prometheus", "http://p:9090", "--selector", "job=x"], "'job=x'"),
     (["--prometheus", "http://p:9090", "--window", "5x"], "'5x'"),
     (["--prometheus", "http://p:9090", "--min-targets", "-1"], "-1"),
@@ -38,6 +37,14 @@ def test_unreachable_exits_4(capsys):
     assert main(["gate", "--url", dead]) == 4  # cannot reach
     assert main(["gate", "--prometheus", dead]) == 4
     assert "no verdict" in capsys.readouterr().err
+
+
+def test_without_a_source_it_asks_the_default_admin_url(capsys, monkeypatch):
+    """One default admin address for every client command: VLLM_CUTOVER_ADMIN_URL."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("VLLM_CUTOVER_ADMIN_URL", dead)
+    assert main(["gate"]) == 4
+    assert f"{dead}/admin/gate/analysis" in capsys.readouterr().err
 
 
 def test_no_verdict_error_hides_a_url_password(capsys):

@@ -1,5 +1,6 @@
-"""One exit-code table for every command: the README's table, every --help, and what each
-subcommand really exits with for bad input, an address that does not answer, a refusal."""
+"""One vocabulary across commands: one exit-code table (the README's, every --help, and what
+each subcommand really exits with for bad input, an address that does not answer, a
+refusal), one flag name per meaning, one default admin address."""
 
 from __future__ import annotations
 
@@ -142,3 +143,29 @@ def test_refusals_by_the_admin_api_exit_5(capsys: pytest.CaptureFixture[str]) ->
         url = answer(b'{"error": {"message": "missing or wrong token"}}', status=401)
         assert main(["gate", "--url", url]) == 5
     assert "409" in capsys.readouterr().err
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return dict(parser._option_string_actions)
+
+
+def test_one_flag_name_per_meaning() -> None:
+    parsers = dict(_parsers(build_parser()))
+    for path in ("cutover start", "cutover status", "tune start", "tune status", "gate"):
+        assert "--admin-url" in _options(parsers[path]), path  # the admin API's address
+    for path in ("proxy", "report", "eval compare", "cutover start"):
+        assert "--gate-min-samples" in _options(parsers[path]), path  # the gate's minimum
+    for path in ("cutover status", "tune status", "proxy"):
+        assert "--admin-token" in _options(parsers[path]), path
+
+
+def test_one_default_admin_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CUTOVER_ADMIN_URL", raising=False)
+    for path in ("cutover status", "tune status"):
+        args = build_parser().parse_args(path.split())
+        assert args.proxy_admin == "http://127.0.0.1:8001", path
+    proxy_help = dict(_parsers(build_parser()))["proxy"].format_help()
+    assert "8001" in " ".join(proxy_help.split())  # --admin-port says where clients look
+    monkeypatch.setenv("VLLM_CUTOVER_ADMIN_URL", "http://sidecar:9")
+    for path in ("cutover status", "tune status"):
+        assert build_parser().parse_args(path.split()).proxy_admin == "http://sidecar:9"
