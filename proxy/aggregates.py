@@ -220,6 +220,32 @@ def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = Non
     return aggregate_rows(int(records), comparisons, first_divergences, captures, latency)
 
 
+@dataclass(frozen=True)
+class PairSeen:
+    """Records between one primary and one shadow backend (URLs as records name them)."""
+
+    primary: str
+    shadow: str
+    records: int
+    first_unix: float
+    last_id: int
+    baseline: str | None  # the newest of these records' baseline, if it had one
+
+
+def backend_pairs(db: sqlite3.Connection) -> list[PairSeen]:
+    """Every (primary, shadow) pair on record, the pair of the newest record last; records
+    without a shadow or without URLs (older stores) are left out."""
+    rows = db.execute(
+        "WITH u AS (SELECT id, started_unix AS t, json_extract(extra, '$.urls.primary') AS p,"
+        " json_extract(extra, '$.urls.shadow') AS s, json_extract(extra, '$.urls.baseline')"
+        " AS b FROM exchange)"
+        " SELECT p, s, COUNT(*), MIN(t), MAX(id),"
+        " (SELECT b FROM u AS v WHERE v.p = u.p AND v.s = u.s ORDER BY v.id DESC LIMIT 1)"
+        " FROM u WHERE p IS NOT NULL AND s IS NOT NULL GROUP BY p, s ORDER BY MAX(id)"
+    ).fetchall()
+    return [PairSeen(str(p), str(s), int(n), float(t), int(i), b) for p, s, n, t, i, b in rows]
+
+
 def window_members(db: sqlite3.Connection,
                    window: EvidenceWindow) -> dict[int, tuple[bool, bool]]:
     """Row id -> (promoted, baseline counts as noise) of every record in `window`."""

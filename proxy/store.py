@@ -24,8 +24,10 @@ from typing import Any, Literal, TypeVar
 
 from proxy.aggregates import (
     PairCounts,
+    PairSeen,
     RoleCounts,
     StoreAggregates,
+    backend_pairs,
     query_aggregates,
     window_members,
 )
@@ -256,6 +258,10 @@ class SqliteStore:
         `latency_window` rows of them."""
         return replace(query_aggregates(self._db, window, latency_window),
                        admission=self.admission(window))
+
+    def pairs(self) -> list[PairSeen]:
+        """Every (primary, shadow) backend pair on record, the newest record's last."""
+        return backend_pairs(self._db)
 
     def window_members(self, window: EvidenceWindow) -> dict[int, tuple[bool, bool]]:
         """Row id -> (promoted, baseline is noise) of each record in `window`."""

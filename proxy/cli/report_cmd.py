@@ -36,6 +36,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the old version's second copy (old-vs-old noise)")
     window.add_argument("--state-file", metavar="PATH",
                         help="read the window from the proxy's state file (its cutover)")
+    window.add_argument("--all", action="store_true", dest="pool",
+                        help="judge every record as one, even of several backend pairs "
+                             "(not one comparison: the report says so); by default a file "
+                             "of several pairs is judged on the newest, the others named")
     add_gate_arguments(parser, "promotion gate (same criteria as the proxy's)")
     parser.set_defaults(func=_run)
 
@@ -72,8 +76,11 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         criteria = gate_criteria(args)
+        window = _window(args)
+        if window is not None and args.pool:
+            raise ValueError("--all pools every record: leave out the window flags")
         rendered = write_report(args.db, as_json=args.json, html_path=args.html,
-                                criteria=criteria, window=_window(args))
+                                criteria=criteria, window=window, pool=args.pool)
     except (ReportInputError, StateFileError, ValueError, OSError) as exc:
         print(f"vllm-cutover report: {exc}", file=sys.stderr)
         return Exit.BAD_INPUT

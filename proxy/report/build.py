@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from proxy.atomic import write_text_atomic
 from proxy.compare.gate import GateCriteria, evaluate
 from proxy.cutover.control import EvidenceWindow
 from proxy.report.html import render_html
-from proxy.report.load import ReportInputError, load_store
+from proxy.report.load import ReportInputError, load_store, one_comparison
 from proxy.report.model import Report, build_report, report_json
 from proxy.report.text import render_text
 
@@ -16,14 +17,19 @@ __all__ = ["ReportInputError", "report_from_db", "write_report"]
 
 
 def report_from_db(db_path: str, criteria: GateCriteria | None = None,
-                   window: EvidenceWindow | None = None) -> Report:
+                   window: EvidenceWindow | None = None, pool: bool = False) -> Report:
     """The report of a record store (or of one cutover's evidence `window` in it), with
     the verdict computed as the live gate does it (`proxy.compare.gate.evaluate` on the
-    store's aggregates)."""
+    store's aggregates). Without a window it judges one comparison (`one_comparison`)
+    unless `pool`."""
+    notes: tuple[str, ...] = ()
+    if window is None:
+        window, notes = one_comparison(db_path, pool)
     records, aggregates = load_store(db_path, window)
     verdict = evaluate(aggregates.gate_inputs(), criteria or GateCriteria())
-    return build_report(records, verdict=verdict, latency=aggregates.latency, window=window,
-                        admission=aggregates.admission)
+    report = build_report(records, verdict=verdict, latency=aggregates.latency,
+                          window=window, admission=aggregates.admission)
+    return dataclasses.replace(report, notes=notes)
 
 
 def write_report(
@@ -32,9 +38,10 @@ def write_report(
     html_path: str | None = None,
     criteria: GateCriteria | None = None,
     window: EvidenceWindow | None = None,
+    pool: bool = False,
 ) -> str:
     """The text (or JSON) summary; with `html_path`, also writes the HTML file there."""
-    report = report_from_db(db_path, criteria, window)
+    report = report_from_db(db_path, criteria, window, pool)
     if html_path:
         write_text_atomic(html_path, render_html(report))
     if as_json:

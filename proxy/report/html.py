@@ -24,7 +24,7 @@ td:first-child,th:first-child{text-align:left}
 .charts{display:flex;flex-wrap:wrap;gap:1em}
 svg{background:#fff;border:1px solid #e4e4e4;border-radius:4px;font-size:11px}
 svg .title{font-size:13px;font-weight:600}svg .grid{stroke:#eee}
-svg .axes{fill:none;stroke:#999}.muted{color:#666;font-size:.9em}
+svg .axes{fill:none;stroke:#999}.muted{color:#666;font-size:.9em}.warning{background:#fff4e5;border-left:4px solid #b26a00;padding:.4em .6em}
 """
 
 
@@ -156,6 +156,7 @@ def render_html(report: Report, title: str = "vllm-cutover report") -> str:
     return page(title, f"""<p class="muted">{report.samples} mirrored requests \
 ({report.deterministic} deterministic). Generated {generated_at()}. \
 {escape(versions_note(report))}.</p>
+{"".join(f'<p class="warning"><b>Warning:</b> {escape(note)}</p>' for note in report.notes)}
 {verdict_block(gate.verdict, gate.reasons)}
 <h2>Answers, field by field (deterministic requests)</h2>
 <table><tr>{pair_head}</tr>{_pair_row("new vs old", report.shadow)}

@@ -66,6 +66,54 @@ def load_store(db_path: str, window: EvidenceWindow | None = None,
         store.close()
 
 
+def one_comparison(db_path: str, pool: bool = False,
+                   ) -> tuple[EvidenceWindow | None, tuple[str, ...]]:
+    """The evidence a report judges when no window is named, and the notes that say so.
+
+    Records of one primary/shadow pair: all of them (None), old = primary. Records of
+    several pairs (two candidates, a promotion, a route changed by hand): the newest
+    record's two backends, labelled by version (old = the one that was primary first,
+    whichever served clients later), and a note naming every pair left out; `pool` judges
+    every record instead, with a note that this is not one comparison.
+    """
+    from proxy.cutover.control import EvidenceWindow
+    from proxy.store import SqliteStore
+
+    if not os.path.isfile(db_path):
+        raise ReportInputError(f"no such database file: {db_path!r}")
+    try:
+        store = SqliteStore(db_path, readonly=True)
+    except sqlite3.Error as exc:
+        raise ReportInputError(f"cannot open {db_path!r}: {exc}") from exc
+    try:
+        pairs = store.pairs()
+    except sqlite3.Error as exc:
+        raise ReportInputError(f"{db_path!r} is not a vllm-cutover record store: {exc}") from exc
+    finally:
+        store.close()
+    if len(pairs) < 2:
+        return None, ()
+    named = ", ".join(f"{p.primary} -> {p.shadow} ({p.records} records)" for p in pairs)
+    if pool:
+        return None, ((f"POOLED (--all): records of {len(pairs)} primary -> shadow pairs "
+                      f"judged as one, old = whichever was primary: not one comparison "
+                      f"({named})"),)
+    newest = pairs[-1]
+    these = [p for p in pairs if {p.primary, p.shadow} == {newest.primary, newest.shadow}]
+    first = min(these, key=lambda p: p.first_unix)
+    baseline = next((p.baseline for p in reversed(these) if p.primary == first.primary), None)
+    window = EvidenceWindow(first.first_unix, first.primary, first.shadow, baseline)
+    left = [p for p in pairs if p not in these]
+    if not left:  # one comparison, both ways round (a promotion): labelled by version
+        return window, ()
+    others = ", ".join(f"{p.primary} -> {p.shadow} ({p.records} records)" for p in left)
+    return window, ((f"this file holds records of more than one comparison: judged the "
+                    f"newest (old = {first.primary}, new = {first.shadow}, "
+                    f"{sum(p.records for p in these)} records); not judged: {others}. "
+                    "Name one with --state-file or --since/--old-url/--new-url, or pool "
+                    "them with --all"),)
+
+
 def window_from_state(path: str) -> EvidenceWindow:
     """The window of the cutover in the proxy's state file (section "cutover", its
     "evidence" entry as `EvidenceWindow.to_json()` writes it)."""

@@ -116,6 +116,7 @@ class Report:
     # whichever served clients); None: every record, old = primary.
     window: EvidenceWindow | None = None
     admission: AdmissionCounts | None = None  # sampled requests mirrored or shed (the store's)
+    notes: tuple[str, ...] = ()  # what the reader must know first (records left out, pooled)
 
 
 def versions_note(report: Report) -> str:
@@ -297,6 +298,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "baseline": baseline.as_json() if baseline else None,
         "verdict": report.gate.verdict,
         "reasons": list(report.gate.reasons),
+        "notes": list(report.notes),
         "samples": report.samples,
         "deterministic": report.deterministic,
         "shadow": report.shadow.as_json(),

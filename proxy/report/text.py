@@ -83,6 +83,7 @@ def render_text(report: Report) -> str:
         ),
         f"({versions_note(report)})",
     ]
+    lines += [f"WARNING: {note}" for note in report.notes]
     admission = report.admission
     if admission is not None and admission.coverage is not None:
         shed = f": {admission.shed_text()}" if admission.shed_total else ""

@@ -107,7 +107,10 @@ def test_report_of_one_cutover_by_flags_or_state_file(tmp_path: Path) -> None:
     state.write_text(json.dumps({"cutover": {"evidence": doc["window"]}}))
     by_state = _run("--db", db, "--json", "--state-file", str(state))
     assert json.loads(by_state.stdout) == doc
-    assert json.loads(_run("--db", db, "--json").stdout)["compared"] == 6
+    newest = json.loads(_run("--db", db, "--json").stdout)  # one comparison: old/new
+    assert newest["compared"] == 5 and newest["window"]["new_url"] == NEW
+    assert OTHER in newest["notes"][0]  # the record left out is named
+    assert json.loads(_run("--db", db, "--json", "--all").stdout)["compared"] == 6
     half = _run("--db", db, "--since", "1000", "--old-url", OLD)
     assert half.returncode == 3 and "needs --new-url" in half.stderr
     both = _run("--db", db, "--state-file", str(state), "--since", "5")
@@ -115,3 +118,38 @@ def test_report_of_one_cutover_by_flags_or_state_file(tmp_path: Path) -> None:
     state.write_text(json.dumps({"routes": {}}))
     empty = _run("--db", db, "--state-file", str(state))
     assert empty.returncode == 3 and "holds no cutover" in empty.stderr
+
+
+def test_a_file_of_two_cutovers_is_judged_one_comparison_at_a_time(tmp_path: Path) -> None:
+    """Issue 34: after one aborted candidate (diverging) and one promoted one, a plain
+    `report --db` pooled both with the time after promotion and said PASS. Now it judges
+    the newest comparison, names it and the one it left out; pooling is asked for, and
+    says so."""
+    from tests.evidence_records import NEW, OLD, OTHER, record, store_of
+
+    same = {OLD: 0.1, NEW: 0.1, OTHER: 0.1}
+    first = [record(1000 + i, OLD, OTHER, ttft=same, diverged=i % 2 == 0) for i in range(60)]
+    second = [record(2000 + i, OLD, NEW, ttft=same) for i in range(300)]
+    after = [record(3000 + i, NEW, OLD, ttft=same) for i in range(200)]  # promoted
+    store_of(tmp_path, first + second + after).close()
+    db = str(tmp_path / "r.db")
+    plain = _run("--db", db)
+    assert plain.returncode == 0, plain.stderr
+    head = plain.stdout.split("VERDICT")[0]
+    assert f"old = {OLD}, new = {NEW}, whichever served clients" in head
+    assert "WARNING: this file holds records of more than one comparison" in head
+    assert f"not judged: {OLD} -> {OTHER} (60 records)" in head
+    doc = json.loads(_run("--db", db, "--json").stdout)
+    assert doc["compared"] == 500 and doc["diverged"] == 0  # the other's 30 are not in it
+    assert doc["window"]["old_url"] == OLD and doc["window"]["new_url"] == NEW
+    html = tmp_path / "r.html"
+    assert _run("--db", db, "--html", str(html)).returncode == 0
+    assert "Warning:</b> this file holds records of more than one comparison" in \
+        html.read_text()
+    pooled = _run("--db", db, "--all")
+    assert pooled.returncode == 0 and "WARNING: POOLED (--all)" in pooled.stdout
+    alone = json.loads(_run("--db", db, "--json", "--since", "0", "--old-url", OLD,
+                            "--new-url", OTHER).stdout)
+    assert alone["compared"] == 60 and alone["diverged"] == 30 and alone["notes"] == []
+    mixed = _run("--db", db, "--all", "--since", "0", "--old-url", OLD, "--new-url", OTHER)
+    assert mixed.returncode == 3 and "--all" in mixed.stderr
