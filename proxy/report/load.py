@@ -17,7 +17,7 @@ from proxy.compare.types import ExchangeRecord, Role
 
 if TYPE_CHECKING:
     from proxy.cutover.control import EvidenceWindow
-    from proxy.store import StoreAggregates
+    from proxy.store import SqliteStore, StoreAggregates
 
 
 class ReportInputError(RuntimeError):
@@ -41,18 +41,23 @@ def by_version(record: ExchangeRecord, promoted: bool, noise: bool) -> ExchangeR
     return dataclasses.replace(record, captures=captures, comparisons=comparisons)
 
 
-def load_store(db_path: str, window: EvidenceWindow | None = None,
-               ) -> tuple[list[ExchangeRecord], StoreAggregates]:
-    """The kept records (oldest first; only `window`'s when given, by version) and the
-    aggregates the live gate judges."""
+def _open(db_path: str) -> SqliteStore:
+    """The record store at `db_path`, read-only; ReportInputError quoting the path."""
     from proxy.store import SqliteStore
 
     if not os.path.isfile(db_path):
         raise ReportInputError(f"no such database file: {db_path!r}")
     try:
-        store = SqliteStore(db_path, readonly=True)
+        return SqliteStore(db_path, readonly=True)
     except sqlite3.Error as exc:
         raise ReportInputError(f"cannot open {db_path!r}: {exc}") from exc
+
+
+def load_store(db_path: str, window: EvidenceWindow | None = None,
+               ) -> tuple[list[ExchangeRecord], StoreAggregates]:
+    """The kept records (oldest first; only `window`'s when given, by version) and the
+    aggregates the live gate judges."""
+    store = _open(db_path)
     try:
         if window is None:
             return list(store.records()), store.aggregates()
@@ -77,14 +82,8 @@ def one_comparison(db_path: str, pool: bool = False,
     every record instead, with a note that this is not one comparison.
     """
     from proxy.cutover.control import EvidenceWindow
-    from proxy.store import SqliteStore
 
-    if not os.path.isfile(db_path):
-        raise ReportInputError(f"no such database file: {db_path!r}")
-    try:
-        store = SqliteStore(db_path, readonly=True)
-    except sqlite3.Error as exc:
-        raise ReportInputError(f"cannot open {db_path!r}: {exc}") from exc
+    store = _open(db_path)
     try:
         pairs = store.pairs()
     except sqlite3.Error as exc:
