@@ -40,10 +40,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXIT_HELP)
     common = admin_parent()
     sub = parser.add_subparsers(dest="cutover_command", metavar="ACTION", required=True)
-    start = sub.add_parser("start", parents=[common], epilog=EXIT_HELP,
-                           help="start a cutover (checked before anything changes)")
+    start = sub.add_parser(
+        "start", parents=[common], epilog=EXIT_HELP,
+        description="Two modes. Adopt: --new-url URL judges an engine that already runs "
+                    "(no Docker). Docker: --old CONTAINER --new-image IMAGE starts the new "
+                    "container from the old one's configuration (the proxy runs with "
+                    "--driver docker). Either way: shadow, judge, promote, drain.",
+        examples=[
+            "vllm-cutover cutover start --new-url http://vllm-new:8000 --wait",
+            "vllm-cutover cutover start --old vllm-old --new-image vllm/vllm-openai:v0.32.0",
+        ],
+        help="start a cutover (checked before anything changes)")
     _start_arguments(start)
     status = sub.add_parser("status", parents=[common], epilog=EXIT_HELP,
+                            examples=["vllm-cutover cutover status --watch"],
                             help="phase, old/new, verdict, samples, time left, history")
     status.add_argument("--json", action="store_true", help="print the status JSON")
     status.add_argument("--watch", action="store_true",
@@ -51,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, text in (("promote", "make the new version primary now the gate passes"),
                        ("rollback", "make the old version primary again (after promotion)"),
                        ("abort", "stop before promotion: old stays, new is removed")):
-        cmd = sub.add_parser(name, parents=[common], help=text, epilog=EXIT_HELP)
+        cmd = sub.add_parser(name, parents=[common], help=text, epilog=EXIT_HELP,
+                             examples=[f"vllm-cutover cutover {name} --wait"])
         if name == "promote":
             cmd.add_argument("--force", action="store_true",
                              help="promote without waiting for the gate to pass")

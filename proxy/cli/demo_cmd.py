@@ -11,6 +11,10 @@ from proxy.exitcodes import Exit
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
+        examples=[
+            "vllm-cutover demo",
+            "vllm-cutover demo --scenario regression --no-launcher",
+        ],
         help="run the whole thing on simulated backends (no GPU, < 1 minute)",
         description=(
             "Show the launcher's dry run on the upgrade guide's command, start simulated old, "

@@ -30,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _register_record(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("record", epilog=EXIT_HELP,
+                       examples=[
+                           ("vllm-cutover eval record --url http://old:8000 --prompts "
+                            "prompts.jsonl -o golden.jsonl"),
+                       ],
                        help="send a prompt set to the old engine and keep its answers",
                        description="Greedy, streamed, with token ids and top-k logprobs; "
                                    "writes the golden JSONL (atomically).")
@@ -54,6 +58,10 @@ def _register_record(sub: argparse._SubParsersAction) -> None:
 
 def _register_compare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", epilog=EXIT_HELP,
+                       examples=[
+                           ("vllm-cutover eval compare --golden golden.jsonl --url "
+                            "http://new:8000 --baseline-url http://old2:8000"),
+                       ],
                        help="replay a golden file against the new engine and judge it",
                        description="Token match with its interval, first divergences, vLLM's "
                                    "top-k rule, output lengths (paired test), finish reasons; "

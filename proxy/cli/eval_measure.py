@@ -16,6 +16,10 @@ from proxy.cli.eval_common import (
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("perplexity", epilog=EXIT_HELP,
+                       examples=[
+                           ("vllm-cutover eval perplexity --url http://old:8000 --url "
+                            "http://new:8000 --texts texts.txt"),
+                       ],
                        help="perplexity of the same texts on two engines, paired, with an interval",
                        description="Through the completions endpoint: prompt_logprobs where the "
                                    "engine has it, else echo + logprobs; texts cut into windows "
@@ -60,6 +64,10 @@ def _concurrencies(value: str) -> list[int]:
 
 def _register_perf(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("perf", epilog=EXIT_HELP,
+                       examples=[
+                           ("vllm-cutover eval perf --url http://old:8000 --url "
+                            "http://new:8000 --concurrency 1,8"),
+                       ],
                        help="TTFT, ITL, throughput of old and new side by side, with ratios",
                        description="The same requests at each concurrency on each engine, "
                                    "taking turns; our client, or `vllm bench serve`.")
@@ -99,6 +107,10 @@ def _register_perf(sub: argparse._SubParsersAction) -> None:
 
 def _register_memory(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("memory", epilog=EXIT_HELP,
+                       examples=[
+                           ("vllm-cutover eval memory --url http://old:8000 --url "
+                            "http://new:8000"),
+                       ],
                        help="KV-cache capacity and use, container and GPU memory, old vs new",
                        description="From each engine's /metrics (vllm:cache_config_info, "
                                    "vllm:kv_cache_usage_perc), Docker stats, NVML.")

@@ -41,6 +41,11 @@ MAX_ANSWER_BYTES = 4 * 1024 * 1024  # a gate answer is a few KiB
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "gate",
+        examples=[
+            "vllm-cutover gate --admin-url http://sidecar:8001",
+            ("vllm-cutover gate --prometheus http://prometheus:9090 "
+             "--window 30m"),
+        ],
         help="the promotion verdict as an exit code: one sidecar or the fleet via Prometheus",
         description=(
             "Ask one sidecar's gate (--admin-url) or compute the fleet's verdict from every "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from proxy.exitcodes import EPILOG, Exit
@@ -32,9 +33,13 @@ class Formatter(argparse.HelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, examples: Sequence[str] = (), **kwargs: Any) -> None:
+        """`examples`: command lines shown first in the epilog, above the exit codes."""
         kwargs.setdefault("formatter_class", Formatter)
-        kwargs.setdefault("epilog", EPILOG)
+        epilog = kwargs.get("epilog") or EPILOG
+        if examples:
+            epilog = "examples:\n" + "".join(f"  {line}\n" for line in examples) + "\n" + epilog
+        kwargs["epilog"] = epilog
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:

@@ -29,6 +29,10 @@ def default_admin_url() -> str:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "proxy",
+        examples=[
+            ("vllm-cutover proxy --port 8080 --primary http://old:8000 "
+             "--shadow http://new:8000 --db records.db --admin-port 8001"),
+        ],
         help="mirroring reverse proxy in front of the old (primary) and new (shadow) vLLM",
         description="Relay every request to the primary; mirror a sample of /v1/completions "
                     "and /v1/chat/completions to the shadow (and baseline), compare tokens "

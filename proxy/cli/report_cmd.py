@@ -16,6 +16,11 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "report",
+        examples=[
+            "vllm-cutover report --db records.db --html report.html",
+            ("vllm-cutover report --db records.db --state-file "
+             "records.db.state.json --json"),
+        ],
         help="summarise recorded comparisons: verdict, token match, latency (text/JSON/HTML)",
         description=(
             "Read the SQLite records written by `vllm-cutover proxy --db PATH` and print the "

@@ -23,6 +23,10 @@ DEFAULT_TARGET = f"{NEWEST.major}.{NEWEST.minor}"
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "scan",
+        examples=[
+            "vllm-cutover scan deploy/ --target-version 0.32",
+            "vllm-cutover scan deploy/ --fix --bump-image",
+        ],
         help="find deprecated FP4 flags/env vars/config keys in deployment files",
         description=(
             "Scan shell scripts, Dockerfiles, compose and Kubernetes YAML, env files and "

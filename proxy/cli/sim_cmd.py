@@ -19,6 +19,11 @@ def _natural_range(value: str) -> tuple[int, int]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "sim",
+        examples=[
+            "vllm-cutover sim --port 8000 --ttft-ms 40 --itl-ms 15",
+            ("vllm-cutover sim --port 8001 --divergence-rate 0.05 "
+             "--error-rate 0.01"),
+        ],
         help="run a simulated vLLM (OpenAI API, deterministic tokens, injectable faults)",
         description=(
             "A simulated vLLM OpenAI-compatible server for demos, tests and benchmarks: "

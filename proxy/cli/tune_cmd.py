@@ -43,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common = admin_parent()
     sub = parser.add_subparsers(dest="tune_command", metavar="ACTION", required=True)
     start = sub.add_parser("start", parents=[common], epilog=EXIT_HELP,
+                           examples=[
+                               ("vllm-cutover tune start --candidate-url "
+                                "cutlass=http://10.0.0.5:8000 --candidate-url "
+                                "b12x=http://10.0.0.6:8000 --wait"),
+                           ],
                            help="start a race (adopt mode: candidates that already run)")
     start.add_argument("--candidate-url", action="append", default=[], metavar="NAME=URL",
                        required=True, help="a candidate engine that already runs (repeatable)")
@@ -64,12 +69,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="a setting of the promotion's cutover, e.g. post_promotion_s=60")
     start.add_argument("--wait", action="store_true", help="follow it until it ends")
     status = sub.add_parser("status", parents=[common], epilog=EXIT_HELP,
+                            examples=[
+                                "vllm-cutover tune status --watch",
+                            ],
                             help="phase, winner, and each candidate's state and reason")
     status.add_argument("--json", action="store_true", help="print the status JSON")
     status.add_argument("--watch", action="store_true", help="follow it until it ends")
     sub.add_parser("abort", parents=[common], epilog=EXIT_HELP,
+                   examples=["vllm-cutover tune abort"],
                    help="stop the race; old keeps serving")
-    kernels = sub.add_parser("candidates", help="the NVFP4 kernel candidates of --kernels auto")
+    kernels = sub.add_parser("candidates",
+                             examples=[
+                                 ("vllm-cutover tune candidates --vllm-version 0.32.0 "
+                                  "--compute-capability 10.0"),
+                             ],
+        help="the NVFP4 kernel candidates of --kernels auto")
     kernels.add_argument("--kernels", choices=("auto",), default="auto")
     kernels.add_argument("--vllm-version", required=True, metavar="V", help="target vLLM")
     kernels.add_argument("--compute-capability", required=True, metavar="X.Y",

@@ -35,6 +35,10 @@ def _positive_bytes(value: str) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "verify", help="post-upgrade checklist: up, version, kernel used, same tokens, metrics",
+        examples=[
+            ("vllm-cutover verify --url http://new:8000 --expect-version "
+             "0.32.0 --golden golden.jsonl"),
+        ],
         description="Each line pass / fail / n/a with the reason; exit 0 only when every "
                     "applicable line passes.",
         epilog=EXIT_HELP)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,27 @@ def test_one_default_admin_address(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VLLM_CUTOVER_ADMIN_URL", "http://sidecar:9")
     for path in ("cutover status", "tune status"):
         assert build_parser().parse_args(path.split()).proxy_admin == "http://sidecar:9"
+
+
+def test_every_command_has_an_example_that_parses() -> None:
+    """Each leaf command's --help shows how to call it, and what it shows is a valid call."""
+    tree = dict(_parsers(build_parser()))
+    leaves = [path for path in tree if not any(
+        isinstance(a, argparse._SubParsersAction) for a in tree[path]._actions)]
+    missing, broken = [], []
+    for path in leaves:
+        text = tree[path].format_help()
+        if "example" not in text:
+            missing.append(path)
+            continue
+        block = text.split("examples:\n", 1)[-1].split("\n\n", 1)[0] \
+            if "examples:\n" in text else ""
+        for line in block.splitlines():
+            words = shlex.split(line)
+            assert words[0] == "vllm-cutover", (path, line)
+            try:
+                build_parser().parse_args(words[1:])
+            except SystemExit:
+                broken.append(line)
+    assert not missing, f"no example in --help: {missing}"
+    assert not broken, f"examples that do not parse: {broken}"
