@@ -164,8 +164,11 @@ def aborting(state: CutoverState, obs: Observation, now: float) -> Step:
     routes = obs.routes
     if routes is None:
         return state, WAIT
-    if state.new is not None and state.new.url in (routes.shadow, routes.baseline):
-        return state, SetRoutes(state.old.url, None, None, routes.version)
+    # Back to the routes the operator had set, without the new version unless it was theirs.
+    want = (state.old.url, state.operator_shadow, state.operator_baseline)
+    if (state.new is not None and state.new.url in (routes.shadow, routes.baseline)
+            and (routes.primary, routes.shadow, routes.baseline) != want):
+        return state, SetRoutes(*want, routes.version)
     return _remove_new(state, obs, now, end, state.error or "aborted")
 
 

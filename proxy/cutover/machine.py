@@ -63,8 +63,11 @@ def ensure_can_begin(current: CutoverState | None) -> None:
 
 def begin(spec: CutoverSpec, cutover_id: str, old: Endpoint, now: float,
           current: CutoverState | None, served_models: tuple[str, ...] = (),
-          baseline_url: str | None = None, shutdown_grace_s: float = 30.0) -> CutoverState:
-    """A new cutover's first state; CutoverRunning while `current` has not ended."""
+          baseline_url: str | None = None, shutdown_grace_s: float = 30.0,
+          operator_routes: tuple[str | None, str | None] = (None, None)) -> CutoverState:
+    """A new cutover's first state; CutoverRunning while `current` has not ended.
+    `operator_routes`: the shadow and baseline routes set when it began (an abort puts
+    them back)."""
     ensure_can_begin(current)
     new = Endpoint(url=spec.new_url) if spec.new_url is not None else None
     if spec.backup_image is not None:
@@ -77,6 +80,7 @@ def begin(spec: CutoverSpec, cutover_id: str, old: Endpoint, now: float,
     return CutoverState(
         id=cutover_id, spec=spec, phase=first, old=old, new=new, started_unix=now,
         phase_since_unix=now, served_models=served_models, baseline_url=baseline_url,
+        operator_shadow=operator_routes[0], operator_baseline=operator_routes[1],
         shutdown_grace_s=shutdown_grace_s,
         deadline_unix=None if first is Phase.BACKING_UP else now + spec.warmup_timeout_s,
         history=(Transition(now, None, first, reason),))

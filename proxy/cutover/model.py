@@ -116,6 +116,10 @@ class CutoverState:
     phase_since_unix: float
     served_models: tuple[str, ...] = ()  # the names the new one must list too
     baseline_url: str | None = None  # the old-vs-old noise route kept while shadowing
+    # The shadow and baseline routes the operator had set when the cutover began: an abort
+    # puts them back (old stays primary), not none.
+    operator_shadow: str | None = None
+    operator_baseline: str | None = None
     shutdown_grace_s: float = 30.0
     deadline_unix: float | None = None  # when the current phase gives up (or ends)
     history: tuple[Transition, ...] = ()
@@ -150,6 +154,8 @@ class CutoverState:
             "new": self.new.to_json() if self.new else None,
             "started_unix": self.started_unix, "phase_since_unix": self.phase_since_unix,
             "served_models": list(self.served_models), "baseline_url": self.baseline_url,
+            "operator_shadow": self.operator_shadow,
+            "operator_baseline": self.operator_baseline,
             "shutdown_grace_s": self.shutdown_grace_s, "deadline_unix": self.deadline_unix,
             "history": [t.to_json() for t in self.history], "pending": self.pending,
             "end_phase": self.end_phase.value if self.end_phase else None,
@@ -204,6 +210,8 @@ class CutoverState:
             started_unix=f.required_number("started_unix", minimum=0),
             phase_since_unix=f.required_number("phase_since_unix", minimum=0),
             served_models=f.texts("served_models"), baseline_url=f.text("baseline_url"),
+            operator_shadow=f.text("operator_shadow"),
+            operator_baseline=f.text("operator_baseline"),
             shutdown_grace_s=f.required_number("shutdown_grace_s", minimum=0)
             if "shutdown_grace_s" in data else 30.0,
             deadline_unix=num("deadline_unix", minimum=0),

@@ -218,6 +218,7 @@ class CutoverService:
         return machine.begin(spec, secrets.token_hex(4), old, self._clock(), self.state,
                              served_models=names,
                              baseline_url=spec.baseline_url or routes.baseline,
+                             operator_routes=(routes.shadow, routes.baseline),
                              shutdown_grace_s=grace if grace is not None
                              else DEFAULT_SHUTDOWN_GRACE_S)
 

@@ -137,3 +137,29 @@ async def test_a_dead_new_or_baseline_url_is_refused_at_start(world: World, flag
     assert f"--{flag.replace('_', '-')}: nothing answers at {dead}" in message
     assert "start that engine first" in message
     _untouched(world)
+
+
+@pytest.mark.parametrize("adopt", [True, False])
+async def test_an_abort_puts_back_the_routes_the_operator_had_set(world: World,
+                                                                 adopt: bool) -> None:
+    """Issue 34: an abort silently removed the shadow and baseline routes the operator had
+    set on the command line. It now restores them (old stays primary); a container the
+    cutover made is never left in the routes."""
+    operator_shadow = world.new_url if adopt else dead_url()
+    operator_baseline = dead_url()
+    world.control.view = RoutesView(1, world.old_url, operator_shadow, operator_baseline)
+    world.control.judge = lambda w: GateView("inconclusive", ("12 < 50 samples",), 12, 50)
+    svc = await world.service(driver=not adopt)
+    spec = ({k: v for k, v in FAST.items() if k not in ("old", "new_image")}
+            | {"new_url": world.new_url} if adopt else FAST)
+    state = await svc.start(CutoverSpec(**spec))
+    await until(lambda: svc.state is not None and svc.state.phase is Phase.SHADOWING)
+    if not adopt:  # the cutover's own container is the shadow now
+        assert world.control.view.shadow == svc.state.new.url != operator_shadow
+    svc.command("abort")
+    end = await ended(svc)
+    assert end.id == state.id and end.phase is Phase.ABORTED
+    view = world.control.view
+    assert (view.primary, view.shadow, view.baseline) == (
+        world.old_url, operator_shadow, operator_baseline)
+    assert world.persisted().operator_baseline == operator_baseline
