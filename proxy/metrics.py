@@ -8,7 +8,8 @@ become "other"), so replacing routes at run time cannot grow the series count.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -93,6 +94,13 @@ class ProxyMetrics:
         self.verdict = Gauge(
             f"{ns}_verdict", "Current gate verdict (1 on the current one)", ("verdict",),
             registry=registry)
+        self.gate_check = Gauge(
+            f"{ns}_gate_check", "Each gate check's state (1 on its current status: pass, "
+            "fail, inconclusive)", ("check", "status"), registry=registry)
+        self.cutover_deadline = Gauge(
+            f"{ns}_cutover_deadline_timestamp_seconds", "When the cutover's current phase "
+            "gives up (unix time; 0: no deadline); minus time() is the time left",
+            registry=registry)
         self.route_version = Gauge(
             f"{ns}_route_version", "Version of the routing table", registry=registry)
         self.cutover_phase = Gauge(
@@ -155,16 +163,28 @@ class ProxyMetrics:
         """`RecordStore`'s on_drop: `n` records (or count rows) not stored for `reason`."""
         self.records_dropped.labels(reason).inc(n)
 
-    def set_verdict(self, verdict: str) -> None:
+    def set_verdict(self, verdict: str, checks: Iterable[Mapping[str, Any]] = ()) -> None:
+        """The verdict, and each check's status (`Verdict.details["checks"]` entries)."""
         for name in VERDICTS:
             self.verdict.labels(name).set(1.0 if name == verdict else 0.0)
+        for check in checks:
+            check_name, status = check.get("name"), check.get("status")
+            if isinstance(check_name, str) and status in VERDICTS:
+                for known in VERDICTS:
+                    self.gate_check.labels(check_name[:48], known).set(
+                        1.0 if known == status else 0.0)
+
+    def set_cutover(self, phase: str, deadline_unix: float | None) -> None:
+        """The cutover's phase and its deadline, from each state it persists."""
+        self.set_cutover_phase(phase)
+        self.cutover_deadline.set(deadline_unix or 0.0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
 # Gauges the capture worker sets; every other gauge is the proxy's own.
-WORKER_GAUGES = frozenset({"vllm_cutover_verdict"})
+WORKER_GAUGES = frozenset({"vllm_cutover_verdict", "vllm_cutover_gate_check"})
 
 
 def _label_value(value: str) -> str:

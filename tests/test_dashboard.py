@@ -51,7 +51,7 @@ def test_dashboard_is_valid_grafana_json() -> None:
     assert len(ids) == len(set(ids))
     titles = " | ".join(panel["title"] for panel in dashboard["panels"])
     for shown in ("match rate", "TTFT", "ITL", "Unstreamed answers", "Shadow drops",
-                  "Cutover phase"):
+                  "Cutover phase", "Gate checks", "Time left", "Client 5xx", "Diverged answers"):
         assert shown in titles, titles
 
 
@@ -69,7 +69,8 @@ def test_every_expression_reads_exported_series_by_their_labels() -> None:
                    for label in group.split(",") if label.strip()}
         selected = set(SELECTOR_LABELS.findall(expr))
         assert grouped | selected <= labels, f"{title}: {sorted((grouped | selected) - labels)}"
-    assert "vllm_cutover_cutover_phase" in used
+    assert {"vllm_cutover_cutover_phase", "vllm_cutover_gate_check",
+            "vllm_cutover_cutover_deadline_timestamp_seconds"} <= used
 
 
 def test_provisioning_points_at_the_dashboard_and_prometheus() -> None:

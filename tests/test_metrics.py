@@ -117,3 +117,26 @@ def test_merged_exposition_keeps_label_values_that_need_escaping():
     key = ("vllm_cutover_backend_errors_total",
            (("backend", "h:2"), ("kind", 'odd "kind"\\\n'), ("role", "shadow")))
     assert merged[key] == 1
+
+
+def test_each_gate_check_and_the_cutover_deadline_are_series():
+    """Issue 34: the dashboard shows what the gate waits for, check by check, and the time
+    the phase has left; the checks come from the worker's gate, the deadline from the
+    proxy's cutover."""
+    from proxy.compare.criteria import GateCriteria
+    from proxy.compare.gate import evaluate
+    from proxy.compare.tally import GateInputs
+
+    own, worker = ProxyMetrics(CollectorRegistry()), ProxyMetrics(CollectorRegistry())
+    verdict = evaluate(GateInputs.from_records([]), GateCriteria())
+    checks = verdict.details["checks"]
+    worker.set_verdict(verdict.verdict, checks)
+    own.set_verdict("pass", [{"name": "samples", "status": "pass"}])  # stale: not the owner
+    own.set_cutover("shadowing", 1_900_000_000.0)
+    merged = _samples(merge_expositions(own.render(), worker.render()))
+    for check in checks:
+        key = ("vllm_cutover_gate_check", (("check", check["name"]), ("status", check["status"])))
+        assert merged[key] == 1, key
+    assert merged[("vllm_cutover_gate_check", (("check", "samples"), ("status", "pass")))] == 0
+    assert merged[("vllm_cutover_cutover_deadline_timestamp_seconds", ())] == 1_900_000_000.0
+    assert merged[("vllm_cutover_cutover_phase", (("phase", "shadowing"),))] == 1

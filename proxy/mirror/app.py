@@ -268,7 +268,8 @@ async def _cutover_ctx(app: web.Application) -> AsyncIterator[None]:
         driver = DockerDriver()  # connects on first use: a daemon down is a clear error then
     metrics = app[METRICS_KEY]
     service = CutoverService(app[STATE_KEY], app[CONTROL_KEY], driver,
-                             on_state=lambda state: metrics.set_cutover_phase(state.phase.value))
+                             on_state=lambda state: metrics.set_cutover(state.phase.value,
+                                                                        state.deadline_unix))
     await service.open()
     app[CUTOVER_KEY] = service
     app[PEERS_KEY].bind(service.confirm_peer)

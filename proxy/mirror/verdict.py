@@ -52,7 +52,8 @@ async def current_verdict(store: RecordStore, criteria: GateCriteria,
                           metrics: ProxyMetrics) -> dict[str, Any]:
     """{"verdict", "reasons", "samples", "details", "compared", "diverged", "baseline"}."""
     result = await store.call(_evaluate, criteria)
-    metrics.set_verdict(result["verdict"])
+    checks = result.get("details", {}).get("checks", ())
+    metrics.set_verdict(result["verdict"], checks if isinstance(checks, list) else ())
     return result
 
 
