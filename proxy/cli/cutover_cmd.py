@@ -270,6 +270,7 @@ def _follow(client: Any, interval_s: float) -> dict[str, Any]:
 
     line = StatusLine(sys.stdout)
     shown_history = 0
+    note, times = None, 0  # a note is printed once, then counted (plain lines only)
     try:
         while True:
             status = client.status()
@@ -277,7 +278,12 @@ def _follow(client: Any, interval_s: float) -> dict[str, Any]:
                 stamp = time.strftime("%H:%M:%S", time.localtime(t["at_unix"]))
                 line.say(f"{stamp}  {t['from'] or '-'} -> {t['to']}: {t['reason']}")
             shown_history = len(status["history"])
-            line.show(f"          {progress_line(status)}",
+            times = times + 1 if status.get("note") == note else 1
+            note = status.get("note")
+            shown = status
+            if note and times > 1 and not line.in_place:
+                shown = {**status, "note": f"the same as above, {times} times"}
+            line.show(f"          {progress_line(shown)}",
                       key=f"{status['phase']} {status.get('verdict')}")
             if status["terminal"]:
                 return status

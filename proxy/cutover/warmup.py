@@ -20,6 +20,13 @@ class ProbeError(RuntimeError):
     """A probe that did not get the answer it needs (the message says which and why)."""
 
 
+def _why(exc: aiohttp.ClientConnectorError) -> str:
+    """Why a connection failed, in words ("connection refused"), not the library's."""
+    if isinstance(exc.os_error, ConnectionRefusedError):
+        return "connection refused"
+    return (exc.os_error.strerror or str(exc.os_error)) if exc.os_error else str(exc)
+
+
 async def _get_json(session: aiohttp.ClientSession, url: str, path: str,
                     body: dict[str, Any] | None = None,
                     timeout_s: float = PROBE_TIMEOUT_S) -> Any:
@@ -34,7 +41,13 @@ async def _get_json(session: aiohttp.ClientSession, url: str, path: str,
             if resp.status != 200:
                 raise ProbeError(f"{path} answered {resp.status}: {text[:200]}")
             return json.loads(text) if text else None
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+    except aiohttp.ClientConnectorError as exc:  # in plain words, not the library's
+        raise ProbeError(f"{path}: nothing answers at {url} ({_why(exc)})") from exc
+    except asyncio.TimeoutError as exc:
+        raise ProbeError(f"{path}: no answer from {url} within {timeout_s:g}s") from exc
+    except ValueError as exc:
+        raise ProbeError(f"{path}: the answer is not JSON ({exc})") from exc
+    except aiohttp.ClientError as exc:
         raise ProbeError(f"{path}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -48,8 +61,7 @@ async def not_listening(session: aiohttp.ClientSession, url: str) -> str | None:
                                timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)):
             return None
     except aiohttp.ClientConnectorError as exc:
-        why = (exc.os_error.strerror or str(exc.os_error)) if exc.os_error else str(exc)
-        return f"nothing answers at {url} ({why})"
+        return f"nothing answers at {url} ({_why(exc)})"
     except (aiohttp.ClientError, asyncio.TimeoutError):
         return None
 

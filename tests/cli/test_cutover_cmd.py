@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +167,24 @@ async def test_watch_follows_until_the_end(stub: Stub, capsys, end, code) -> Non
     out = capsys.readouterr().out
     assert "samples 12/50" in out and "samples 30/50" in out
     assert "shadowing -> promoting: gate pass" in out and f"phase {end}" in out
+
+
+async def test_watch_says_a_note_once_then_counts_it(stub: Stub, capsys,
+                                                     monkeypatch) -> None:
+    """Issue 34: a probe failing every 5 s for 15 minutes printed the same error line each
+    time. In plain lines (not a terminal) a note is said once, then counted."""
+    import proxy.terminal
+
+    monkeypatch.setattr(proxy.terminal.StatusLine.__init__, "__kwdefaults__",
+                        {"in_place": False, "plain_every_s": 0.0, "clock": time.monotonic})
+    note = "/health: nothing answers at http://new:8000 (connection refused)"
+    stub.statuses = [_status("warming", note=note, time_left_s=float(t))
+                     for t in (10, 9, 8, 7)]
+    stub.statuses.append(_status("failed"))
+    assert await run(stub.url, "status", "--watch") == 1
+    out = capsys.readouterr().out
+    assert out.count("nothing answers at http://new:8000") == 1, out
+    assert "the same as above, 3 times" in out, out
 
 
 async def test_start_wait_exits_1_when_it_fails(stub: Stub, capsys) -> None:
