@@ -5,9 +5,17 @@ from __future__ import annotations
 import time
 from html import escape
 
-from proxy.report.model import ROLE_LABELS, PairSummary, Report, RoleSummary, versions_note
+from proxy.report.model import (
+    METRIC_LABELS,
+    ROLE_LABELS,
+    PairSummary,
+    Report,
+    RoleSummary,
+    lead_line,
+    versions_note,
+)
 from proxy.report.svg import Series, cdf_chart, histogram_chart
-from proxy.report.text import METRIC_LABELS, counts, mean_or_dash, ms, pct, times
+from proxy.report.text import counts, mean_or_dash, ms, pct, times
 
 COLORS = {"primary": "#1f77b4", "shadow": "#ff7f0e", "baseline": "#7f7f7f"}
 VERDICT_COLORS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#b26a00"}
@@ -153,7 +161,8 @@ def render_html(report: Report, title: str = "vllm-cutover report") -> str:
             "diverged first in (field)",
         )
     )
-    return page(title, f"""<p class="muted">{report.samples} mirrored requests \
+    return page(title, f"""<p class="lead"><b>{escape(lead_line(report))}</b></p>
+<p class="muted">{report.samples} mirrored requests \
 ({report.deterministic} deterministic). Generated {generated_at()}. \
 {escape(versions_note(report))}.</p>
 {"".join(f'<p class="warning"><b>Warning:</b> {escape(note)}</p>' for note in report.notes)}

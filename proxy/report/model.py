@@ -29,6 +29,8 @@ from proxy.compare.tally import AdmissionCounts, latency_by_role
 from proxy.compare.types import Capture, Comparison, ExchangeRecord
 from proxy.cutover.control import EvidenceWindow
 
+METRIC_LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E",
+                 "e2e_unstreamed": "E2E (unstreamed)", "tpot_unstreamed": "TPOT (unstreamed)"}
 ROLE_LABELS: dict[str, str] = {"primary": "old", "shadow": "new", "baseline": "baseline"}
 
 
@@ -128,6 +130,28 @@ def versions_note(report: Report) -> str:
     baseline = f", baseline = {window.baseline_url} (old copy)" if window.baseline_url else ""
     return (f"cutover evidence since {since}: old = {window.old_url}, new = "
             f"{window.new_url}, whichever served clients{baseline}")
+
+
+def lead_line(report: Report) -> str:
+    """The report in one line, first: the verdict, new's divergence against the old-vs-old
+    noise, the latency change at the median, and the check that decides or holds it."""
+    parts = [report.gate.verdict.upper()]
+    shadow, baseline = report.shadow, report.baseline
+    if shadow.compared:
+        text = f"new diverges on {shadow.diverged / shadow.compared:.1%} of {shadow.compared}"
+        if baseline is not None and baseline.compared:
+            text += f" vs {baseline.diverged / baseline.compared:.1%} old-vs-old noise"
+        parts.append(text)
+    for row in report.latency:
+        if row.metric in ("ttft", "e2e_unstreamed") and row.p50_ratio is not None:
+            parts.append(f"{METRIC_LABELS.get(row.metric, row.metric)} p50 "
+                         f"{row.p50_ratio - 1:+.0%}")
+    status = report.gate.verdict
+    deciding = next((r for r in report.gate.reasons if r.startswith(f"{status}:")), None)
+    if status != "pass" and deciding is not None:
+        what = deciding.split(":", 1)[1].strip().split(" (", 1)[0]
+        parts.append(("failed on " if status == "fail" else "waiting on ") + what)
+    return "; ".join(parts)
 
 
 def _mean(values: Sequence[int]) -> float | None:
@@ -299,6 +323,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "verdict": report.gate.verdict,
         "reasons": list(report.gate.reasons),
         "notes": list(report.notes),
+        "summary": lead_line(report),
         "samples": report.samples,
         "deterministic": report.deterministic,
         "shadow": report.shadow.as_json(),

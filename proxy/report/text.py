@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from statistics import median
 
-from proxy.report.model import ROLE_LABELS, LatencyRow, PairSummary, Report, versions_note
-
-METRIC_LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E",
-                 "e2e_unstreamed": "E2E (unstreamed)", "tpot_unstreamed": "TPOT (unstreamed)"}
+from proxy.report.model import (
+    METRIC_LABELS,
+    ROLE_LABELS,
+    LatencyRow,
+    PairSummary,
+    Report,
+    lead_line,
+    versions_note,
+)
 
 
 def ms(value_s: float | None) -> str:
@@ -82,6 +87,7 @@ def render_text(report: Report) -> str:
             f"({report.deterministic} deterministic, {report.samples - report.deterministic} sampled)"
         ),
         f"({versions_note(report)})",
+        f"IN ONE LINE: {lead_line(report)}",
     ]
     lines += [f"WARNING: {note}" for note in report.notes]
     admission = report.admission

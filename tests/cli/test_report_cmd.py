@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,5 +152,11 @@ def test_a_file_of_two_cutovers_is_judged_one_comparison_at_a_time(tmp_path: Pat
     alone = json.loads(_run("--db", db, "--json", "--since", "0", "--old-url", OLD,
                             "--new-url", OTHER).stdout)
     assert alone["compared"] == 60 and alone["diverged"] == 30 and alone["notes"] == []
+    # The report leads with one line: verdict, divergence, the check that decides it.
+    assert alone["summary"].startswith(f"{alone['verdict'].upper()}; new diverges on 50.0% "
+                                       "of 60; TTFT p50 +0%")
+    assert re.search(r"^IN ONE LINE: \w+; new diverges on 0\.0% of 500", plain.stdout,
+                     re.MULTILINE), plain.stdout[:600]
+    assert "<p class=\"lead\"><b>" in html.read_text()
     mixed = _run("--db", db, "--all", "--since", "0", "--old-url", OLD, "--new-url", OTHER)
     assert mixed.returncode == 3 and "--all" in mixed.stderr
