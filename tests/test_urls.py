@@ -49,7 +49,7 @@ def test_the_proxy_refuses_a_shadow_that_is_its_primary(tmp_path: Path) -> None:
             "--state-file", str(tmp_path / "s.json")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 3, done.stderr  # bad input
     assert "--shadow 'http://localhost:9' is the --primary 'http://127.0.0.1:9'" in done.stderr
     assert not (tmp_path / "s.json").exists()
 
