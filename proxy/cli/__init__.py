@@ -17,7 +17,7 @@ from proxy import __version__
 from proxy.boundedhttp import AnswerOverLimit
 from proxy.cli.parsing import Parser, chosen
 from proxy.credentials import install_log_redaction, redact
-from proxy.exitcodes import EPILOG, Exit
+from proxy.exitcodes import Exit
 
 # Order is the order shown in --help.
 SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutover", "tune", "gate",
@@ -26,7 +26,7 @@ SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutov
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="vllm-cutover", epilog=EPILOG,
+        prog="vllm-cutover",
         description=(
             "Upgrade vLLM serving NVFP4 models without an outage: translate old FP4 "
             "launch flags (launch, scan), shadow the new version on live traffic and "

@@ -7,7 +7,6 @@ from typing import Any
 
 from proxy.cli import eval_measure
 from proxy.cli.eval_common import (
-    EXIT_HELP,
     add_output_arguments,
     add_replay_arguments,
     emit,
@@ -29,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _register_record(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("record", epilog=EXIT_HELP,
+    p = sub.add_parser("record",
                        examples=[
                            ("vllm-cutover eval record --url http://old:8000 --prompts "
                             "prompts.jsonl -o golden.jsonl"),
@@ -57,7 +56,7 @@ def _register_record(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_compare(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", epilog=EXIT_HELP,
+    p = sub.add_parser("compare",
                        examples=[
                            ("vllm-cutover eval compare --golden golden.jsonl --url "
                             "http://new:8000 --baseline-url http://old2:8000"),

@@ -15,9 +15,7 @@ from typing import Any
 from proxy.atomic import write_text_atomic
 from proxy.credentials import redact, redact_json
 from proxy.evaluate.jsonl import EngineUnreachable
-from proxy.exitcodes import EPILOG, Exit
-
-EXIT_HELP = EPILOG
+from proxy.exitcodes import Exit
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from proxy.cli.eval_common import (
-    EXIT_HELP,
     add_output_arguments,
     emit,
     fail,
@@ -15,7 +14,7 @@ from proxy.cli.eval_common import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("perplexity", epilog=EXIT_HELP,
+    p = sub.add_parser("perplexity",
                        examples=[
                            ("vllm-cutover eval perplexity --url http://old:8000 --url "
                             "http://new:8000 --texts texts.txt"),
@@ -63,7 +62,7 @@ def _concurrencies(value: str) -> list[int]:
 
 
 def _register_perf(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("perf", epilog=EXIT_HELP,
+    p = sub.add_parser("perf",
                        examples=[
                            ("vllm-cutover eval perf --url http://old:8000 --url "
                             "http://new:8000 --concurrency 1,8"),
@@ -106,7 +105,7 @@ def _register_perf(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_memory(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("memory", epilog=EXIT_HELP,
+    p = sub.add_parser("memory",
                        examples=[
                            ("vllm-cutover eval memory --url http://old:8000 --url "
                             "http://new:8000"),

@@ -24,7 +24,7 @@ from proxy.cli.proxy_cmd import (
     default_admin_url,
 )
 from proxy.credentials import redact
-from proxy.exitcodes import EPILOG, Exit
+from proxy.exitcodes import Exit
 
 VERDICT_EXIT = {"pass": Exit.OK, "fail": Exit.FAIL, "inconclusive": Exit.INCONCLUSIVE}
 
@@ -49,11 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the promotion verdict as an exit code: one sidecar or the fleet via Prometheus",
         description=(
             "Ask one sidecar's gate (--admin-url) or compute the fleet's verdict from every "
-            "sidecar's metrics in Prometheus (--prometheus). The reasons go to stdout. "
-            "Examples: vllm-cutover gate --admin-url http://sidecar:8001; "
-            "vllm-cutover gate --prometheus http://prometheus:9090 --window 30m"
+            "sidecar's metrics in Prometheus (--prometheus). The reasons go to stdout."
         ),
-        epilog=EPILOG,
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--admin-url", "--url", dest="url", metavar="URL",

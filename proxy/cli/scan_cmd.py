@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from proxy.exitcodes import EPILOG, Exit
+from proxy.exitcodes import Exit
 from proxy.launcher.releases import NEWEST
 
 DEFAULT_TARGET = f"{NEWEST.major}.{NEWEST.minor}"
@@ -32,9 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Scan shell scripts, Dockerfiles, compose and Kubernetes YAML, env files and "
             "vLLM config YAML for FP4 settings that the target vLLM version no longer "
             "accepts, and print the fix. Exit 1 when anything is found, 2 when a file "
-            "could not be read. Example: vllm-cutover scan deploy/ --target-version 0.32"
+            "could not be read."
         ),
-        epilog=EPILOG,
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     parser.add_argument("--target-version", default=DEFAULT_TARGET, metavar="V",

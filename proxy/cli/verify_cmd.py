@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from proxy.cli.eval_common import EXIT_HELP, add_replay_arguments, emit, fail_code
+from proxy.cli.eval_common import add_replay_arguments, emit, fail_code
 from proxy.cli.gate_args import add_match_arguments, match_criteria
 from proxy.credentials import redact
 from proxy.exitcodes import Exit
@@ -40,8 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "0.32.0 --golden golden.jsonl"),
         ],
         description="Each line pass / fail / n/a with the reason; exit 0 only when every "
-                    "applicable line passes.",
-        epilog=EXIT_HELP)
+                    "applicable line passes.")
     p.add_argument("--url", required=True, help="the engine's base URL")
     p.add_argument("--expect-version", metavar="V", help="the vLLM version /version must report")
     p.add_argument("--golden", metavar="GOLDEN",
