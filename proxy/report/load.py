@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from proxy.compare.types import ExchangeRecord, Role
 
 if TYPE_CHECKING:
+    from proxy.aggregates import PairSeen
     from proxy.cutover.control import EvidenceWindow
     from proxy.store import SqliteStore, StoreAggregates
 
@@ -92,8 +93,8 @@ def one_comparison(db_path: str, pool: bool = False,
         store.close()
     if len(pairs) < 2:
         return None, ()
-    named = ", ".join(f"{p.primary} -> {p.shadow} ({p.records} records)" for p in pairs)
     if pool:
+        named = ", ".join(map(_pair_text, pairs))
         return None, ((f"POOLED (--all): records of {len(pairs)} primary -> shadow pairs "
                       f"judged as one, old = whichever was primary: not one comparison "
                       f"({named})"),)
@@ -105,12 +106,16 @@ def one_comparison(db_path: str, pool: bool = False,
     left = [p for p in pairs if p not in these]
     if not left:  # one comparison, both ways round (a promotion): labelled by version
         return window, ()
-    others = ", ".join(f"{p.primary} -> {p.shadow} ({p.records} records)" for p in left)
+    others = ", ".join(map(_pair_text, left))
     return window, ((f"this file holds records of more than one comparison: judged the "
                     f"newest (old = {first.primary}, new = {first.shadow}, "
                     f"{sum(p.records for p in these)} records); not judged: {others}. "
                     "Name one with --state-file or --since/--old-url/--new-url, or pool "
                     "them with --all"),)
+
+
+def _pair_text(pair: PairSeen) -> str:
+    return f"{pair.primary} -> {pair.shadow} ({pair.records} records)"
 
 
 def window_from_state(path: str) -> EvidenceWindow:
