@@ -26,8 +26,11 @@ class Formatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if (action.option_strings and "default" not in text.lower()
-                and action.default not in (None, False, True, [], argparse.SUPPRESS)):
+        default = action.default
+        # by identity and type: 0 and 0.0 are defaults worth showing, though == False
+        hidden = (default is None or isinstance(default, bool) or default == []
+                  or default is argparse.SUPPRESS)
+        if action.option_strings and "default" not in text.lower() and not hidden:
             text += " (default: %(default)s)"
         return text
 

@@ -84,7 +84,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                   "--compute-capability 10.0"),
                              ],
         help="the NVFP4 kernel candidates of --kernels auto")
-    kernels.add_argument("--kernels", choices=("auto",), default="auto")
+    kernels.add_argument("--kernels", choices=("auto",), default="auto",
+                         help="auto: the backends the launcher's tables allow")
     kernels.add_argument("--vllm-version", required=True, metavar="V", help="target vLLM")
     kernels.add_argument("--compute-capability", required=True, metavar="X.Y",
                          help="the GPU's compute capability, e.g. 10.0 (B200), 12.0, 9.0")

@@ -194,3 +194,21 @@ def test_every_command_has_an_example_that_parses() -> None:
                 broken.append(line)
     assert not missing, f"no example in --help: {missing}"
     assert not broken, f"examples that do not parse: {broken}"
+
+
+def test_every_default_is_shown() -> None:
+    """Each option's --help line says its default (zero included: `0 == False`, yet a 0 ms
+    delay is a default a reader needs to see)."""
+    hidden = []
+    for path, parser in _parsers(build_parser()):
+        for action in parser._actions:
+            default = action.default
+            if (not action.option_strings or default is None or isinstance(default, bool)
+                    or default in ([], argparse.SUPPRESS)):
+                continue
+            text = parser._get_formatter()._expand_help(action) if action.help else ""
+            if "default" not in text.lower():
+                hidden.append(f"{path} {action.option_strings[0]}")
+    assert not hidden, f"options whose default --help does not show: {hidden}"
+    sim = dict(_parsers(build_parser()))["sim"].format_help()
+    assert "(default: 0.0)" in " ".join(sim.split())
