@@ -80,6 +80,17 @@ def _add_columns(db: sqlite3.Connection, columns: Sequence[tuple[str, str, str]]
             db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
 
+def _admission_where(window: EvidenceWindow | None) -> tuple[str, tuple[Any, ...]]:
+    """The admission rows of a cutover's `window`: counted at or after its start between
+    exactly its old and new URLs, either way round (all rows without one)."""
+    if window is None:
+        return "", ()
+    old, new = window.old_url, window.new_url
+    where = (" WHERE t_unix >= ? AND ((primary_url = ? AND shadow_url = ?)"
+             " OR (primary_url = ? AND shadow_url = ?))")
+    return where, (window.since_unix, old, new, new, old)
+
+
 def _opt_bool(value: bool | None) -> int | None:
     return None if value is None else int(value)
 
@@ -176,14 +187,21 @@ class SqliteStore:
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
                             " AND name = 'admission'").fetchone() is None:
             return None
-        if window is None:
-            return AdmissionCounts.of(self._db.execute(
-                "SELECT outcome, SUM(count) FROM admission GROUP BY 1").fetchall())
-        old, new = window.old_url, window.new_url
+        where, args = _admission_where(window)
         return AdmissionCounts.of(self._db.execute(
-            "SELECT outcome, SUM(count) FROM admission WHERE t_unix >= ? AND"
-            " ((primary_url = ? AND shadow_url = ?) OR (primary_url = ? AND shadow_url = ?))"
-            " GROUP BY 1", (window.since_unix, old, new, new, old)).fetchall())
+            f"SELECT outcome, SUM(count) FROM admission{where} GROUP BY 1", args).fetchall())
+
+    def admission_steps(self, window: EvidenceWindow | None = None,
+                        ) -> list[tuple[float, str, int]]:
+        """The counts `admission` sums, as flushed: (t_unix, outcome, count), oldest
+        first (what the report's verdict over time counts up to each look); [] without
+        the table."""
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                            " AND name = 'admission'").fetchone() is None:
+            return []
+        where, args = _admission_where(window)
+        return [(float(t), str(outcome), int(count)) for t, outcome, count in self._db.execute(
+            f"SELECT t_unix, outcome, count FROM admission{where} ORDER BY t_unix", args)]
 
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM exchange").fetchone()[0])

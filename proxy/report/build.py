@@ -9,7 +9,12 @@ from proxy.atomic import write_text_atomic
 from proxy.compare.gate import GateCriteria, evaluate
 from proxy.cutover.control import EvidenceWindow
 from proxy.report.html import render_html
-from proxy.report.load import ReportInputError, load_store, one_comparison
+from proxy.report.load import (
+    ReportInputError,
+    load_admission_steps,
+    load_store,
+    one_comparison,
+)
 from proxy.report.model import Report, build_report, report_json
 from proxy.report.text import render_text
 
@@ -26,9 +31,11 @@ def report_from_db(db_path: str, criteria: GateCriteria | None = None,
     if window is None:
         window, notes = one_comparison(db_path, pool)
     records, aggregates = load_store(db_path, window)
-    verdict = evaluate(aggregates.gate_inputs(), criteria or GateCriteria())
-    report = build_report(records, verdict=verdict, latency=aggregates.latency,
-                          window=window, admission=aggregates.admission)
+    criteria = criteria or GateCriteria()
+    verdict = evaluate(aggregates.gate_inputs(), criteria)
+    report = build_report(records, criteria, verdict=verdict, latency=aggregates.latency,
+                          window=window, admission=aggregates.admission,
+                          admission_steps=load_admission_steps(db_path, window))
     return dataclasses.replace(report, notes=notes)
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from html import escape
 
+from proxy.report.divergences import DivergedList, DivergedRequest
+from proxy.report.html_timeline import over_time_section
 from proxy.report.model import (
     METRIC_LABELS,
     ROLE_LABELS,
@@ -14,11 +17,22 @@ from proxy.report.model import (
     lead_line,
     versions_note,
 )
-from proxy.report.svg import Series, cdf_chart, histogram_chart
+from proxy.report.svg import COLORS, VERDICT_COLORS, Series, cdf_chart, histogram_chart
 from proxy.report.text import counts, mean_or_dash, ms, pct, times
 
-COLORS = {"primary": "#1f77b4", "shadow": "#ff7f0e", "baseline": "#7f7f7f"}
-VERDICT_COLORS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#b26a00"}
+__all__ = ["COLORS", "VERDICT_COLORS", "generated_at", "page", "render_html", "verdict_block"]
+# The streamed latency charts, each with the unstreamed metric drawn where no answer was
+# streamed (never pooled): (title, axis label, metric, unstreamed metric or None).
+LATENCY_CHARTS = (
+    ("TTFT CDF", "time to first token (ms)", "ttft", None),
+    ("TPOT CDF", "time per output token after the first (ms)", "tpot", "tpot_unstreamed"),
+    ("ITL CDF", "inter-token latency (ms)", "itl", None),
+    ("E2E latency CDF", "end-to-end latency (ms)", "e2e", "e2e_unstreamed"),
+)
+# A CDF's y axis: of requests, or of the gaps between tokens (ITL).
+CDF_OF = {"itl": "fraction of token gaps"}
+DIVERGED_HEAD = ("row id", "request id", "started (UTC)", "endpoint", "field diverged first",
+                 "choice", "first divergence at", "within top-k", "old vs old")
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;
@@ -32,8 +46,17 @@ td:first-child,th:first-child{text-align:left}
 .charts{display:flex;flex-wrap:wrap;gap:1em}
 svg{background:#fff;border:1px solid #e4e4e4;border-radius:4px;font-size:11px}
 svg .title{font-size:13px;font-weight:600}svg .grid{stroke:#eee}
-svg .axes{fill:none;stroke:#999}.muted{color:#666;font-size:.9em}.warning{background:#fff4e5;border-left:4px solid #b26a00;padding:.4em .6em}
+svg .axes{fill:none;stroke:#999}.muted{color:#666;font-size:.9em}td.id{font-family:monospace}.warning{background:#fff4e5;border-left:4px solid #b26a00;padding:.4em .6em}
 """
+
+
+def table(head: Sequence[str], rows: Sequence[str], empty: str) -> str:
+    """A table of `rows` (each a `<tr>`) under `head`; with no rows, the sentence `empty`
+    instead of a table of headings."""
+    if not rows:
+        return f"<p>{escape(empty)}</p>"
+    cells = "".join(f"<th>{h}</th>" for h in head)
+    return f"<table><tr>{cells}</tr>{''.join(rows)}</table>"
 
 
 def _pair_row(label: str, pair: PairSummary | None) -> str:
@@ -59,6 +82,8 @@ def _fields_text(pair: PairSummary) -> str:
 def _latency_table(report: Report) -> str:
     rows = []
     for row in report.latency:
+        if not (row.old.n or row.new.n):
+            continue  # no sample on either side: no row of dashes
         test = "-"
         if row.test is not None:
             test = f"p={row.test.p_value:.3g}, effect {row.test.effect_size:+.2f}"
@@ -76,33 +101,27 @@ def _latency_table(report: Report) -> str:
             test,
         ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("metric", "n old / new", "p50 old &rarr; new", "p90", "p99", "Mann-Whitney U")
-    )
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    head = ("metric", "n old / new", "p50 old &rarr; new", "p90", "p99", "Mann-Whitney U")
+    return table(head, rows, "No latency recorded (no complete answer on either side).")
 
 
-def _roles_table(roles: dict[str, RoleSummary]) -> str:
-    rows = []
-    for s in roles.values():
-        rows.append(
-            f"<tr><td>{escape(ROLE_LABELS.get(s.role, s.role))}</td><td>{s.requests}</td>"
-            f"<td>{escape(counts(s.errors))}</td><td>{s.cancelled}</td>"
-            f"<td>{escape(counts(s.finish_reasons))}</td><td>{mean_or_dash(s.output_tokens)}</td></tr>"
-        )
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "backend",
-            "requests",
-            "errors",
-            "cancelled",
-            "finish reasons",
-            "mean output tokens",
-        )
-    )
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+def _roles_table(roles: dict[str, RoleSummary], empty: str) -> str:
+    rows = [
+        f"<tr><td>{escape(ROLE_LABELS.get(s.role, s.role))}</td><td>{s.requests}</td>"
+        f"<td>{escape(counts(s.errors))}</td><td>{s.cancelled}</td>"
+        f"<td>{escape(counts(s.finish_reasons))}</td><td>{mean_or_dash(s.output_tokens)}</td></tr>"
+        for s in roles.values()
+    ]
+    head = ("backend", "requests", "errors", "cancelled", "finish reasons", "mean output tokens")
+    return table(head, rows, empty)
+
+
+def _pair_table(report: Report) -> str:
+    head = ("comparison", "compared", "diverged", "within top-k", "match rate", "95% CI",
+            "not comparable / errors", "sampled", "diverged first in (field)")
+    rows = [_pair_row("new vs old", report.shadow),
+            _pair_row("baseline vs old (noise)", report.baseline)] if report.samples else []
+    return table(head, rows, "No mirrored requests recorded.")
 
 
 def _length_test(report: Report) -> str:
@@ -116,6 +135,7 @@ def _length_test(report: Report) -> str:
 
 
 def _latency_series(report: Report, metric: str) -> list[Series]:
+    """Old, new and, where it has samples of `metric`, the baseline (old's second copy)."""
     out = []
     for role in ("primary", "shadow", "baseline"):
         samples = report.samples_by_role.get(role)
@@ -126,58 +146,92 @@ def _latency_series(report: Report, metric: str) -> list[Series]:
     return out
 
 
-def _e2e_chart(report: Report) -> str:
-    """Streamed answers' E2E; unstreamed ones' where no answer was streamed (never pooled)."""
-    streamed = _latency_series(report, "e2e")
-    if any(series.values for series in streamed):
-        return cdf_chart("E2E latency CDF", "end-to-end latency (ms)", streamed)
-    return cdf_chart("E2E latency CDF (unstreamed answers)", "end-to-end latency (ms)",
-                     _latency_series(report, "e2e_unstreamed"))
+def _latency_charts(report: Report) -> tuple[list[str], list[str]]:
+    """The CDFs with samples, and the names of those without any (said in a sentence)."""
+    charts, missing = [], []
+    for title, axis, metric, unstreamed in LATENCY_CHARTS:
+        series = _latency_series(report, metric)
+        drawn = title
+        if not any(s.values for s in series) and unstreamed is not None:
+            drawn, series = f"{title} (unstreamed answers)", _latency_series(report, unstreamed)
+        if any(s.values for s in series):
+            charts.append(cdf_chart(drawn, axis, series,
+                                    CDF_OF.get(metric, "fraction of requests")))
+        else:
+            missing.append(METRIC_LABELS[metric])
+    return charts, missing
 
 
-def render_html(report: Report, title: str = "vllm-cutover report") -> str:
-    gate = report.gate
+def _latency_section(report: Report) -> str:
+    charts, missing = _latency_charts(report)
+    note = ""
+    if missing:
+        note = f"<p>No {escape(', '.join(missing))} recorded (no streamed answer).</p>"
+    old, baseline = (report.samples_by_role.get(role) for role in ("primary", "baseline"))
+    if old is not None and old.ttft_s and "baseline" in report.roles \
+            and (baseline is None or not baseline.ttft_s):
+        note += ('<p class="muted">The baseline has no streamed timings to draw: it was '
+                 "asked unstreamed (--no-baseline-stream).</p>")
+    return f'{_latency_table(report)}\n{note}<div class="charts">{"".join(charts)}</div>'
+
+
+def _positions_chart(report: Report) -> str:
     positions = [Series("new vs old", report.shadow.first_divergence, COLORS["shadow"])]
     if report.baseline is not None:
         positions.append(
             Series("baseline vs old", report.baseline.first_divergence, COLORS["baseline"])
         )
-    charts = [
-        cdf_chart("TTFT CDF", "time to first token (ms)", _latency_series(report, "ttft")),
-        _e2e_chart(report),
-        histogram_chart("First divergence positions", "token index", positions),
-    ]
-    pair_head = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "comparison",
-            "compared",
-            "diverged",
-            "within top-k",
-            "match rate",
-            "95% CI",
-            "not comparable / errors",
-            "sampled",
-            "diverged first in (field)",
-        )
-    )
+    if not any(series.values for series in positions):
+        return ""
+    return histogram_chart("First divergence positions", "token index", positions)
+
+
+def _diverged_row(entry: DivergedRequest) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(entry.started_unix))
+    position = "-" if entry.position is None else f"{entry.unit} {entry.position}"
+    close = {True: "yes", False: "no", None: "-"}[entry.close]
+    cells = ["-" if entry.row_id is None else str(entry.row_id), entry.request_id, started,
+             entry.endpoint, entry.field, str(entry.choice), position, close,
+             entry.baseline or "-"]
+    return ("<tr>" + "".join(f'<td class="id">{escape(c)}</td>' if i < 2 else
+                             f"<td>{escape(c)}</td>" for i, c in enumerate(cells)) + "</tr>")
+
+
+def _diverged_section(listing: DivergedList) -> str:
+    """The diverged requests' ids and positions, never their text."""
+    rows = [_diverged_row(entry) for entry in listing.shown]
+    body = table(DIVERGED_HEAD, rows, "No diverged requests recorded.")
+    if not rows:
+        return body
+    more = listing.total - len(rows)
+    shown = (f"The first {len(rows)} of {listing.total} (oldest first); {more} more."
+             if more else f"All {listing.total}, oldest first.")
+    return (f"<p>{shown} Fetch one with <code>GET /admin/records?after=ROW_ID-1&amp;limit=1"
+            "</code> (admin token); its prompt and answers are on record only when the proxy "
+            f"ran with --store-text. No text is shown here.</p>\n{body}")
+
+
+def render_html(report: Report, title: str = "vllm-cutover report") -> str:
     return page(title, f"""<p class="lead"><b>{escape(lead_line(report))}</b></p>
 <p class="muted">{report.samples} mirrored requests \
 ({report.deterministic} deterministic). Generated {generated_at()}. \
 {escape(versions_note(report))}.</p>
 {"".join(f'<p class="warning"><b>Warning:</b> {escape(note)}</p>' for note in report.notes)}
-{verdict_block(gate.verdict, gate.reasons)}
+{verdict_block(report.gate.verdict, report.gate.reasons)}
+<h2>The verdict over time</h2>
+{over_time_section(report.timeline, report.gate.verdict)}
 <h2>Answers, field by field (deterministic requests)</h2>
-<table><tr>{pair_head}</tr>{_pair_row("new vs old", report.shadow)}
-{_pair_row("baseline vs old (noise)", report.baseline)}</table>
+{_pair_table(report)}
+<div class="charts">{_positions_chart(report)}</div>
+<h2>Diverged requests (new vs old)</h2>
+{_diverged_section(report.diverged_requests)}
 <h2>Latency, old vs new</h2>
-{_latency_table(report)}
-<div class="charts">{"".join(charts)}</div>
+{_latency_section(report)}
 <h2>Sampled requests (compared as distributions)</h2>
-{_roles_table(report.sampled)}
+{_roles_table(report.sampled, "No sampled requests recorded.")}
 <p>{escape(_length_test(report))}</p>
 <h2>Backends (all requests)</h2>
-{_roles_table(report.roles)}""")
+{_roles_table(report.roles, "No requests recorded.")}""")
 
 
 def generated_at() -> str:

@@ -72,6 +72,19 @@ def load_store(db_path: str, window: EvidenceWindow | None = None,
         store.close()
 
 
+def load_admission_steps(db_path: str, window: EvidenceWindow | None = None,
+                         ) -> list[tuple[float, str, int]]:
+    """The proxy's admission counts as flushed (`SqliteStore.admission_steps`): what the
+    verdict over time counts up to each look."""
+    store = _open(db_path)
+    try:
+        return store.admission_steps(window)
+    except sqlite3.Error as exc:
+        raise ReportInputError(f"{db_path!r} is not a vllm-cutover record store: {exc}") from exc
+    finally:
+        store.close()
+
+
 def one_comparison(db_path: str, pool: bool = False,
                    ) -> tuple[EvidenceWindow | None, tuple[str, ...]]:
     """The evidence a report judges when no window is named, and the notes that say so.

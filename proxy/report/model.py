@@ -28,6 +28,8 @@ from proxy.compare.stats import (
 from proxy.compare.tally import AdmissionCounts, latency_by_role
 from proxy.compare.types import Capture, Comparison, ExchangeRecord
 from proxy.cutover.control import EvidenceWindow
+from proxy.report.divergences import DivergedList, list_diverged
+from proxy.report.timeline import AdmissionStep, Timeline, timeline_of
 
 METRIC_LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E",
                  "e2e_unstreamed": "E2E (unstreamed)", "tpot_unstreamed": "TPOT (unstreamed)"}
@@ -119,6 +121,8 @@ class Report:
     window: EvidenceWindow | None = None
     admission: AdmissionCounts | None = None  # sampled requests mirrored or shed (the store's)
     notes: tuple[str, ...] = ()  # what the reader must know first (records left out, pooled)
+    timeline: Timeline = field(default_factory=Timeline)  # the gate re-judged over time
+    diverged_requests: DivergedList = field(default_factory=DivergedList)
 
 
 def versions_note(report: Report) -> str:
@@ -144,8 +148,9 @@ def lead_line(report: Report) -> str:
         parts.append(text)
     for row in report.latency:
         if row.metric in ("ttft", "e2e_unstreamed") and row.p50_ratio is not None:
+            change = round((row.p50_ratio - 1) * 100)  # whole percent, never "-0%"
             parts.append(f"{METRIC_LABELS.get(row.metric, row.metric)} p50 "
-                         f"{row.p50_ratio - 1:+.0%}")
+                         + ("unchanged" if change == 0 else f"{change:+d}%"))
     status = report.gate.verdict
     deciding = next((r for r in report.gate.reasons if r.startswith(f"{status}:")), None)
     if status != "pass" and deciding is not None:
@@ -268,11 +273,13 @@ def build_report(
     latency: Mapping[str, LatencySamples] | None = None,
     window: EvidenceWindow | None = None,
     admission: AdmissionCounts | None = None,
+    admission_steps: Sequence[AdmissionStep] | None = None,
 ) -> Report:
     """Fold records into a `Report`. The verdict is the gate's (`proxy.compare.gate`):
     `verdict` when given, else evaluated on these records with `criteria`; `latency`
     (the samples the gate judged) when given, else taken from the records; `admission`:
-    the proxy's eligible and shed counts, when it kept them."""
+    the proxy's eligible and shed counts, when it kept them, and `admission_steps` the
+    same as flushed over time (for the verdict over time, judged with `criteria`)."""
     records = list(records)
     if verdict is None:
         verdict = evaluate(GateInputs.from_records(records), criteria)
@@ -310,6 +317,8 @@ def build_report(
         gate=verdict,
         window=window,
         admission=admission,
+        timeline=timeline_of(records, criteria, admission_steps),
+        diverged_requests=list_diverged(records),
     )
 
 

@@ -68,7 +68,7 @@ def test_report_json_and_html_from_a_store(tmp_path: Path) -> None:
     assert doc["baseline"]["compared"] == 400 and doc["baseline"]["diverged"] == 0
     assert doc["verdict"] == "fail"  # 20% divergence vs none in the baseline
     assert doc["latency"]["ttft"]["p50_ratio"] > 1.4
-    assert html.read_text().count("<svg") == 3
+    assert html.read_text().count("<svg") == 8  # 3 over time, 4 CDFs, the divergence histogram
     text = _run("--db", str(db), "--gate-min-samples", "10")
     assert text.returncode == 0 and "VERDICT: FAIL" in text.stdout
     assert "pass: 400 deterministic requests compared (minimum 10)" in text.stdout
@@ -154,7 +154,7 @@ def test_a_file_of_two_cutovers_is_judged_one_comparison_at_a_time(tmp_path: Pat
     assert alone["compared"] == 60 and alone["diverged"] == 30 and alone["notes"] == []
     # The report leads with one line: verdict, divergence, the check that decides it.
     assert alone["summary"].startswith(f"{alone['verdict'].upper()}; new diverges on 50.0% "
-                                       "of 60; TTFT p50 +0%")
+                                       "of 60; TTFT p50 unchanged")
     assert re.search(r"^IN ONE LINE: \w+; new diverges on 0\.0% of 500", plain.stdout,
                      re.MULTILINE), plain.stdout[:600]
     assert "<p class=\"lead\"><b>" in html.read_text()

@@ -8,7 +8,7 @@ import pytest
 
 from proxy.cutover.control import EvidenceWindow
 from proxy.report.build import report_from_db
-from proxy.report.load import by_version, load_store
+from proxy.report.load import by_version, load_admission_steps, load_store
 from proxy.report.text import render_text
 from tests.evidence_records import BASE, NEW, OLD, OTHER, SINCE, SPEEDS, record, store_of
 
@@ -44,3 +44,22 @@ def test_window_report_reads_old_against_new(tmp_path):
     text = render_text(report)
     assert f"old = {OLD}, new = {NEW}, whichever served clients" in text
     assert "primary" not in text and "shadow" not in text
+
+
+def test_admission_counts_as_flushed_for_the_verdict_over_time(tmp_path):
+    records = [record(1010 + i, OLD, NEW, ttft=SPEEDS) for i in range(4)]
+    store = store_of(tmp_path, records)
+    store.add_admission(1011.5, [(OLD, NEW, "eligible", 4), (OLD, NEW, "overload", 4)])
+    store.add_admission(1005.0, [(OLD, NEW, "eligible", 2)])
+    store.add_admission(1002.0, [(OLD, OTHER, "eligible", 9)])  # another pair
+    store.add_admission(990.0, [(OLD, NEW, "eligible", 7)])  # before the cutover
+    store.close()
+    db = str(tmp_path / "r.db")
+    window = EvidenceWindow(SINCE, OLD, NEW)
+    assert load_admission_steps(db, window) == [
+        (1005.0, "eligible", 2), (1011.5, "eligible", 4), (1011.5, "overload", 4)]
+    assert len(load_admission_steps(db)) == 5
+    looks = report_from_db(db, window=window).timeline.looks
+    assert [look.records for look in looks] == [1, 2, 3, 4]
+    assert "pass: 2 of 2 sampled requests mirrored (100.0%, minimum 50%)" in looks[1].reasons
+    assert any("2 of 6 sampled requests mirrored" in r for r in looks[-1].deciding)

@@ -126,3 +126,21 @@ def test_streamed_traffic_with_an_unstreamed_baseline_is_judged_on_streamed_late
     assert judged == ["streamed"], verdict.reasons
     assert not [r for r in verdict.reasons if "unstreamed" in r], verdict.reasons
     assert verdict.details["latency"]["reference"]["ttft"] == "primary"
+
+
+def test_the_lead_line_says_unchanged_not_minus_zero(
+    records_of: Callable[..., list[ExchangeRecord]],
+) -> None:
+    """A median change that rounds to 0 % reads "unchanged" (the walkthrough's report said
+    "TTFT p50 -0%"); a real one keeps its sign."""
+    from proxy.report.model import lead_line
+
+    same = build_report(records_of(count=150))
+    for ratio, shown in ((0.998, "TTFT p50 unchanged"), (1.004, "TTFT p50 unchanged"),
+                         (0.97, "TTFT p50 -3%")):
+        rows = [replace(r, p50_ratio=ratio) if r.metric == "ttft" else r for r in same.latency]
+        assert shown in lead_line(replace(same, latency=type(same.latency)(rows)))
+    slower = build_report(records_of(count=150, new_slowdown=1.6))
+    ratio = next(r.p50_ratio for r in slower.latency if r.metric == "ttft")
+    assert ratio is not None
+    assert f"TTFT p50 +{round((ratio - 1) * 100)}%" in lead_line(slower)
