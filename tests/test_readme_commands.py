@@ -5,7 +5,8 @@ its exit status and the last line of its output asserted.
 Which commands is a rule, so a rewritten README stays covered:
 - each command of a fenced block tagged bash, sh, shell or console (lines joined at a
   trailing backslash, `# comments` dropped; in a console block only the lines after a
-  `$ ` prompt, the others being output);
+  `$ ` prompt, the others being output), except a block tagged `bash walkthrough`, which
+  tests/test_readme_walkthrough.py runs whole, as one script;
 - each inline code span of the prose that starts with `bash ` or `$ `: a command in a
   sentence, as `bash scripts/dev.sh demo-docker` is.
 A synopsis is taken in its shortest form, its optional `[...]` parts dropped. Each command
@@ -29,7 +30,8 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 README = REPO_ROOT / "README.md"
 SHELL_TAGS = ("bash", "sh", "shell", "console")
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+WALKTHROUGH = "walkthrough"  # a block so tagged is one script: tests/test_readme_walkthrough.py
 INLINE = re.compile(r"`((?:bash|\$) [^`]+)`")
 
 
@@ -89,9 +91,9 @@ def readme_commands(markdown: str) -> list[Command]:
     commands: list[Command] = []
     prose = markdown
     for block in FENCE.finditer(markdown):
-        first_line = markdown.count("\n", 0, block.start(2)) + 1
-        if block.group(1) in SHELL_TAGS:
-            commands += _block_commands(block.group(1), block.group(2), first_line)
+        first_line = markdown.count("\n", 0, block.start(3)) + 1
+        if block.group(1) in SHELL_TAGS and WALKTHROUGH not in block.group(2).split():
+            commands += _block_commands(block.group(1), block.group(3), first_line)
         # blank the block out (keeping its lines) so its spans are not read as prose
         prose = prose[:block.start()] + re.sub(r"[^\n]", " ", block.group(0)) \
             + prose[block.end():]

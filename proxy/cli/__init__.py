@@ -20,8 +20,8 @@ from proxy.credentials import install_log_redaction, redact
 from proxy.exitcodes import Exit
 
 # Order is the order shown in --help.
-SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "report", "cutover", "tune", "gate",
-                      "eval", "verify")
+SUBCOMMAND_MODULES = ("demo", "launch", "scan", "proxy", "sim", "load", "report", "cutover",
+                      "tune", "gate", "eval", "verify")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -65,7 +65,7 @@ class Estimate:
         if self.check is None:
             return "every check decided"
         if self.more_samples is None and not self.too_slow:
-            return f"waiting for {self.check}: no estimate yet (too few samples of its kind)"
+            return f"waiting for {self.check}: no estimate yet (too few samples)"
         if self.more_samples is None:
             return (f"waiting for {self.check}: not decidable within {MOST_SCALE:g}x "
                     "the samples at the current rates")
@@ -92,8 +92,9 @@ def estimate(checks: list[dict[str, Any]], rate_per_s: float,
     name = _label(binding)
     reason = _hopeless(ranked, rate_per_s, timeout_left_s, samples)
     more = binding.get("more_samples")
-    if more is None:
-        return Estimate(name, None, rate_per_s, None, "more_samples" in binding, reason)
+    if more is None:  # with no request compared yet, nothing is known to be undecidable
+        return Estimate(name, None, rate_per_s, None, "more_samples" in binding and samples > 0,
+                        reason)
     seconds = more / rate_per_s if rate_per_s > 0 else None
     too_slow = (seconds is not None and timeout_left_s is not None
                 and seconds > timeout_left_s)

@@ -82,7 +82,7 @@ def progress_line(status: dict[str, Any]) -> str:
     if status.get("waiting_for"):
         parts.append(status["waiting_for"])
     if status.get("time_left_s") is not None:
-        parts.append(f"deadline in {status['time_left_s']:g}s")
+        parts.append(f"deadline in {status['time_left_s']:.0f}s")
     if status.get("pending"):
         parts.append(f"pending {status['pending']}")
     if status.get("note"):

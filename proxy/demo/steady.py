@@ -112,10 +112,12 @@ class SteadyLoad:
 
     def __init__(self, base_url: str, model: str, clients: int = 32, max_tokens: int = 24,
                  timeout_s: float = 120.0, pause_s: float = 0.0,
-                 stream: bool | None = None) -> None:
+                 stream: bool | None = None, limit: int | None = None) -> None:
         if clients < 1 or max_tokens < 1:
             raise ValueError(f"clients and max_tokens must be >= 1, got {clients!r}, "
                              f"{max_tokens!r}")
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be >= 1 requests, got {limit!r}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.clients = clients
@@ -123,6 +125,7 @@ class SteadyLoad:
         self.timeout_s = timeout_s
         self.pause_s = pause_s
         self.stream = stream  # None: three in four requests streamed; else all or none
+        self.limit = limit  # requests to send in all (None: until `stop`)
         self.result = SteadyResult()
         self._count = 0
 
@@ -137,7 +140,7 @@ class SteadyLoad:
 
     async def _client(self, session: Any, index: int, stop: asyncio.Event) -> None:
         turn = index
-        while not stop.is_set():
+        while not stop.is_set() and (self.limit is None or self._count < self.limit):
             kind: Kind = "chat" if turn % 2 else "completions"
             stream = turn % 4 != 3 if self.stream is None else self.stream
             self.result.outcomes.append(await self.one(session, kind, stream))

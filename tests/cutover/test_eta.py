@@ -21,9 +21,18 @@ def test_too_slow_for_the_timeout_left() -> None:
 
 
 def test_undecidable_binds_and_says_so() -> None:
-    e = estimate([_check("TPOT p50", more=10), _check("TTFT p99", more=None)], 5.0, 600)
+    e = estimate([_check("TPOT p50", more=10), _check("TTFT p99", more=None)], 5.0, 600,
+                 samples=400)
     assert e.check == "TTFT p99" and e.too_slow
     assert "not decidable within 64x the samples" in e.line()
+
+
+def test_before_the_first_comparison_nothing_is_called_undecidable() -> None:
+    """At 0 samples every check lacks an estimate: that is no evidence, not a hopeless one
+    (the walkthrough's first status lines said "not decidable" at "samples 0/50")."""
+    e = estimate([_check("match rate", more=None)], 0.0, 1800, samples=0)
+    assert not e.too_slow and not e.hopeless
+    assert e.line() == "waiting for match rate: no estimate yet (too few samples)"
 
 
 def test_no_traffic_and_all_decided() -> None:
