@@ -73,8 +73,8 @@ def evaluate(inputs: GateInputs, criteria: GateCriteria | None = None) -> Verdic
     """Judge whether the shadow (new) may be promoted over the primary (old)."""
     criteria = criteria or GateCriteria()
     details: dict[str, Any] = {"criteria": asdict(criteria),
-                               "alpha": {"pass_per_check": criteria.pass_alpha(),
-                                         "fail_per_check": criteria.fail_alpha()}}
+                               "alpha": {"pass_per_check": round(criteria.pass_alpha(), 12),
+                                         "fail_per_check": round(criteria.fail_alpha(), 12)}}
     old, new = _lengths(inputs)
     matched = match_rate(inputs, criteria)
     details["match"] = matched.facts or None

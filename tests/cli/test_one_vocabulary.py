@@ -212,3 +212,16 @@ def test_every_default_is_shown() -> None:
     assert not hidden, f"options whose default --help does not show: {hidden}"
     sim = dict(_parsers(build_parser()))["sim"].format_help()
     assert "(default: 0.0)" in " ".join(sim.split())
+
+
+def test_the_gate_doc_counts_the_default_checks_as_the_code_does() -> None:
+    """docs/GATE.md's "N at the defaults, X % each" is what GateCriteria() splits the fail
+    side over (it once said 11 and 0.45 % while the report said 0.005)."""
+    from proxy.compare.criteria import GateCriteria
+
+    text = " ".join((ROOT / "docs" / "GATE.md").read_text().split())
+    found = re.search(r"(\d+) at the defaults, ([\d.]+) % each", text)
+    assert found, "docs/GATE.md no longer states the default split"
+    criteria = GateCriteria()
+    assert int(found.group(1)) == criteria.checks()
+    assert float(found.group(2)) / 100 == pytest.approx(criteria.fail_alpha())
