@@ -57,6 +57,10 @@ class ProxyMetrics:
         self.backend_errors = Counter(
             f"{ns}_backend_errors", "Backend requests that failed (no usable answer)",
             ("role", "backend", "kind"), registry=registry)
+        self.client_e2e = Histogram(
+            f"{ns}_client_e2e_seconds", "Generation requests' time through the proxy as their "
+            "clients saw it, request read to the primary's last byte relayed (every one, "
+            "mirrored or not)", ("endpoint",), buckets=LATENCY_BUCKETS_S, registry=registry)
         self.proxy_errors = Counter(
             f"{ns}_proxy_errors", "Errors the proxy answered itself", ("status",),
             registry=registry)

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import AsyncIterator
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -131,6 +132,7 @@ async def _relay_request(request: web.Request) -> web.StreamResponse:
     if endpoint is not None:
         exchange = _mirror(request, routes, headers, body, endpoint)
     result = RelayResult()
+    started = perf_counter()
     try:
         return await relay(request, primary, body, headers, result,
                            exchange.tap_for if exchange is not None else None)
@@ -138,6 +140,8 @@ async def _relay_request(request: web.Request) -> web.StreamResponse:
         primary.end_relay()
         if exchange is not None:
             exchange.primary_done(result)
+        if endpoint is not None and result.t_end and not result.cancelled:
+            metrics.client_e2e.labels(endpoint).observe(result.t_end - started)
         metrics.requests.labels("primary", metrics.backend_label(primary.url),
                                 endpoint or "other", status_class(result.status)).inc()
         if result.error in ("connect", "timeout"):

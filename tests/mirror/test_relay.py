@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from time import perf_counter
 
 from proxy.metrics import ProxyMetrics
@@ -216,3 +217,20 @@ async def test_client_leaving_while_the_primary_is_paused_closes_the_primary(bac
     resp.close()  # the client drops the connection without reading on
     await asyncio.wait_for(primary.cancelled.wait(), 5)
     assert primary.sent < 256 * 1024 * 1024
+
+
+async def test_every_client_request_is_timed_without_a_shadow(backend, proxy, make_config):
+    """The dashboard's client p99 reads vllm_cutover_client_e2e_seconds: every generation
+    request relayed counts, with no shadow route at all (mirrored-only series would be
+    empty once a cutover ends); other paths do not."""
+    primary = await backend()
+    client = await proxy(make_config(primary.url, None))
+    for _ in range(3):
+        resp = await client.post("/v1/completions", json={"model": "m", "prompt": "hi"})
+        assert resp.status == 200
+        await resp.read()
+    await (await client.post("/echo/x", data=b"raw")).read()
+    text = await (await client.get("/_vllm_cutover/metrics")).text()
+    counts = re.findall(r'^vllm_cutover_client_e2e_seconds_count\{endpoint="([^"]+)"\} (\S+)$',
+                        text, re.MULTILINE)
+    assert counts == [("completions", "3.0")], counts
