@@ -13,16 +13,25 @@ from __future__ import annotations
 import sqlite3
 from array import array
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from proxy.compare.gate import AdmissionCounts, GateInputs, MatchCounts
+from proxy.compare.sketch import LogHistogram
 from proxy.compare.stats import METRICS, LatencySamples
-from proxy.compare.tally import LATENCY_WINDOW, LatencyRow, Pairs, latency_inputs
+from proxy.compare.tally import (
+    LATENCY_WINDOW,
+    LatencyRow,
+    Pairs,
+    Tails,
+    frozen_tails,
+    grow_tails,
+    latency_inputs,
+)
 from proxy.cutover.control import EvidenceWindow
 
-__all__ = ["VERSION_ROLES", "PairCounts", "RoleCounts", "StoreAggregates", "aggregate_rows",
-           "query_aggregates", "window_members"]
+__all__ = ["VERSION_ROLES", "PairCounts", "RoleCounts", "StoreAggregates", "TailState",
+           "aggregate_rows", "query_aggregates", "window_members"]
 
 # A version's role in the gate's vocabulary (and in windowed aggregates).
 VERSION_ROLES = {"old": "primary", "new": "shadow"}
@@ -62,6 +71,7 @@ class StoreAggregates:
     roles: dict[str, RoleCounts]
     admission: AdmissionCounts | None = None  # None: a store from before it was counted
     pairs: dict[str, Pairs] = field(default_factory=dict)
+    tails: Tails = field(default_factory=dict)  # every quantile sample in scope, bucketed
 
     def gate_inputs(self) -> GateInputs:
         """What `proxy.compare.gate.evaluate` judges (cancelled requests left out): the
@@ -77,6 +87,7 @@ class StoreAggregates:
             errors={r: c.errors for r, c in self.roles.items()},
             admission=self.admission,
             pairs=self.pairs,
+            tails=self.tails,
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -186,11 +197,39 @@ def _scope(db: sqlite3.Connection, window: EvidenceWindow | None) -> str:
     return _WINDOW
 
 
+@dataclass
+class TailState:
+    """The quantile samples of one scope, grown look by look: each query reads only the
+    captures of records after `last_id` (records are written whole, in id order)."""
+
+    last_id: int = 0
+    tails: dict[str, dict[str, LogHistogram]] = field(default_factory=dict)
+
+
+_COMPLETE = ("c.error IS NULL AND c.cancelled = 0 AND c.e2e_s IS NOT NULL"
+             " AND c.status IS NOT NULL AND c.status < 400")
+
+
+def _grow(db: sqlite3.Connection, scope: str, state: TailState) -> None:
+    rows = db.execute(
+        f"{scope} SELECT c.exchange_id, {_VERSION}, {_KIND}, c.ttft_s, c.e2e_s,"
+        " c.output_tokens FROM capture c JOIN w ON w.id = c.exchange_id"
+        f" WHERE c.exchange_id > :after AND {_COUNTED} AND {_COMPLETE}",
+        {"after": state.last_id}).fetchall()
+    grow_tails(state.tails, (LatencyRow(int(exchange), role, kind, ttft, e2e, tokens)
+                             for exchange, role, kind, ttft, e2e, tokens in rows))
+    state.last_id = max([state.last_id, *(int(row[0]) for row in rows)])
+
+
 def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = None,
-                     latency_window: int = LATENCY_WINDOW) -> StoreAggregates:
+                     latency_window: int = LATENCY_WINDOW,
+                     tails: TailState | None = None) -> StoreAggregates:
     """Counts over the records in scope (all, or `window`'s); latency samples from the
-    newest `latency_window` of them."""
+    newest `latency_window` of them; the quantile samples of all of them, grown from
+    `tails` (the state of the same scope at the previous call) when given."""
     scope = _scope(db, window)
+    state = tails if tails is not None else TailState()
+    _grow(db, scope, state)
     params = {"latency_window": latency_window}
     comparisons = db.execute(
         f"{scope} SELECT c.against, c.outcome, w.det, COALESCE(c.close_match, 0), COUNT(*)"
@@ -213,11 +252,11 @@ def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = Non
         " c.output_tokens, c.itl_s FROM capture c JOIN w ON w.id = c.exchange_id"
         " WHERE c.exchange_id >= (SELECT MIN(id) FROM"
         " (SELECT id FROM w ORDER BY id DESC LIMIT :latency_window))"
-        f" AND {_COUNTED} AND c.error IS NULL AND c.cancelled = 0 AND c.e2e_s IS NOT NULL"
-        " AND c.status IS NOT NULL AND c.status < 400"
+        f" AND {_COUNTED} AND {_COMPLETE}"
         " ORDER BY c.exchange_id", params).fetchall()
     records = db.execute(f"{scope} SELECT COUNT(*) FROM w", params).fetchone()[0]
-    return aggregate_rows(int(records), comparisons, first_divergences, captures, latency)
+    return replace(aggregate_rows(int(records), comparisons, first_divergences, captures,
+                                  latency), tails=frozen_tails(state.tails))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import logging
 import sqlite3
 import time
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
@@ -27,6 +28,7 @@ from proxy.aggregates import (
     PairSeen,
     RoleCounts,
     StoreAggregates,
+    TailState,
     backend_pairs,
     query_aggregates,
     window_members,
@@ -38,6 +40,8 @@ from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
 from proxy.cutover.control import EvidenceWindow
 from proxy.record_hash import META_TABLE, RecordHasher
 from proxy.tasks import start_task
+
+TAIL_SCOPES = 4  # cutover windows (and the whole store) whose quantile samples are kept
 
 __all__ = ["LatencySamples", "PairCounts", "RecordStore", "RoleCounts", "SqliteStore",
            "StoreAggregates"]
@@ -118,6 +122,9 @@ class SqliteStore:
             _add_columns(self._db, _FIELD_COLUMNS)
         # Hashes of prompts and completions: keyed per database (proxy.record_hash).
         self.hasher = RecordHasher.open(self._db, writable=not self.readonly)
+        # The quantile samples of the scopes asked for lately, grown look by look (bounded:
+        # a few scopes, each a few thousand bucket counts).
+        self._tails: OrderedDict[EvidenceWindow | None, TailState] = OrderedDict()
 
     def close(self) -> None:
         self._db.close()
@@ -274,7 +281,11 @@ class SqliteStore:
         """Counts over all kept rows, or over the cutover evidence `window` (labelled by
         version: see `proxy.aggregates`); latency samples from the newest
         `latency_window` rows of them."""
-        return replace(query_aggregates(self._db, window, latency_window),
+        state = self._tails.pop(window, None) or TailState()
+        self._tails[window] = state
+        while len(self._tails) > TAIL_SCOPES:
+            self._tails.popitem(last=False)
+        return replace(query_aggregates(self._db, window, latency_window, state),
                        admission=self.admission(window))
 
     def pairs(self) -> list[PairSeen]:

@@ -27,13 +27,13 @@ other family has evidence; with none at all the latency is inconclusive.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
 from proxy.compare.checks import MOST_SCALE, Check, Status, more_samples, needs_text
 from proxy.compare.criteria import GateCriteria, RatioLimit
 from proxy.compare.sequential import mean_bounds, quantile_ranks
+from proxy.compare.sketch import Ranked, SortedSample
 from proxy.compare.stats import LatencySamples
 from proxy.compare.tally import GateInputs, Pairs
 
@@ -46,15 +46,25 @@ def reference_role(inputs: GateInputs, metric: str) -> str:
     return "baseline" if baseline is not None and baseline.metric(metric) else "primary"
 
 
+def _ranked(inputs: GateInputs, role: str, metric: str) -> Ranked:
+    """`role`'s samples of `metric` for a quantile: every one since evidence began where
+    the source keeps them (`GateInputs.tails`), else the samples it has, sorted."""
+    tail = inputs.tails.get(role, {}).get(metric)
+    if tail is not None and len(tail) > 0:
+        return tail
+    return SortedSample.of(_role(inputs, role).metric(metric))
+
+
 def latency_checks(inputs: GateInputs, c: GateCriteria,
                    details: dict[str, Any]) -> list[Check]:
     limits = c.enabled_limits()
     if not limits:
         return []
     new = inputs.latency.get("shadow", LatencySamples())
-    samples = {e.metric: (sorted(_role(inputs, reference_role(inputs, e.metric)).metric(e.metric)),
-                          sorted(new.metric(e.metric))) for e, _ in limits}
-    evidence = {e.family for e, _ in limits if any(samples[e.metric])}
+    samples = {e.metric: (_ranked(inputs, reference_role(inputs, e.metric), e.metric),
+                          _ranked(inputs, "shadow", e.metric)) for e, _ in limits}
+    evidence = {e.family for e, _ in limits
+                if len(samples[e.metric][0]) > 0 or len(samples[e.metric][1]) > 0}
     details["latency"] = {"old": _summaries(_role(inputs, "primary")),
                           "new": _summaries(new),
                           "reference": {e.metric: reference_role(inputs, e.metric)
@@ -89,22 +99,30 @@ def _role(inputs: GateInputs, role: str) -> LatencySamples:
     return inputs.latency.get(role, LatencySamples())
 
 
-def _at(ordered: Sequence[float], count: int, n: int) -> float | None:
-    """The order statistic at `count` (1-based) of a sample of size n, read off `ordered`
-    (n may exceed its length: a projection at the same empirical distribution)."""
+def _rank(ordered: Ranked, count: int, n: int) -> int | None:
+    """The rank in `ordered` of the order statistic at `count` (1-based) of a sample of
+    size n (n may exceed its length: a projection at the same empirical distribution)."""
     if count < 1 or count > n:
         return None
-    index = min(len(ordered) - 1, max(0, math.ceil(count * len(ordered) / n) - 1))
-    return ordered[index]
+    return min(len(ordered), max(1, math.ceil(count * len(ordered) / n)))
 
 
-def _bounds(ordered: Sequence[float], q: float, alpha: float,
+def _bounds(ordered: Ranked, q: float, alpha: float,
             n: int) -> tuple[float | None, float | None]:
+    """The q-quantile's confidence bounds at sample size n: the lower one read at the low
+    side of its rank, the upper one at the high side (`sketch.Ranked`)."""
     low_count, high_count = quantile_ranks(n, q, alpha)
-    return _at(ordered, low_count, n), _at(ordered, high_count + 1, n)
+    low, high = _rank(ordered, low_count, n), _rank(ordered, high_count + 1, n)
+    return (None if low is None else ordered.low(low),
+            None if high is None else ordered.high(high))
 
 
-def _ratio_check(entry: RatioLimit, limit: float, old: Sequence[float], new: Sequence[float],
+def _point(ordered: Ranked, q: float) -> float | None:
+    rank = _rank(ordered, math.ceil(q * len(ordered)), len(ordered))
+    return None if rank is None else (ordered.low(rank) + ordered.high(rank)) / 2
+
+
+def _ratio_check(entry: RatioLimit, limit: float, old: Ranked, new: Ranked,
                  c: GateCriteria) -> Check:
     label = entry.label
     if min(len(old), len(new)) < c.min_latency_samples:
@@ -131,9 +149,7 @@ def _ratio_check(entry: RatioLimit, limit: float, old: Sequence[float], new: Seq
         return "inconclusive", o, n
 
     status, (o_low, o_high), (n_low, n_high) = judge(1.0)
-    point_old, point_new = _at(old, math.ceil(entry.quantile * len(old)), len(old)), \
-        _at(new, math.ceil(entry.quantile * len(new)), len(new))
-    point = _ratio(point_new, point_old)
+    point = _ratio(_point(new, entry.quantile), _point(old, entry.quantile))
     facts: dict[str, Any] = {"limit": limit, "floor_s": floor, "ratio": point,
                              "old": [o_low, o_high], "new": [n_low, n_high],
                              "old_n": len(old), "new_n": len(new), "basis": "unpaired"}

@@ -19,6 +19,7 @@ AdmissionRow = tuple[str, str, str, int]
 ELIGIBLE = "eligible"
 
 from proxy.compare.request import STATEFUL_KEYS, UNREADABLE
+from proxy.compare.sketch import LogHistogram
 from proxy.compare.stats import LatencySamples
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, Role
 
@@ -140,9 +141,14 @@ class Pairs:
 WORKER_BASIS = "capture worker"
 COUNT_BASIS = "request"
 PAIRED_METRICS = ("ttft", "tpot", "e2e_unstreamed", "tpot_unstreamed")
-# The gate judges latency on the newest this many records (memory and time bounded): beyond
-# it, more traffic replaces evidence instead of adding to it.
+# The samples the report shows and the paired p50 and length checks read come from the
+# newest this many records (memory and time bounded). The quantile checks read every
+# sample since evidence began, bucketed (`GateInputs.tails`, `proxy.compare.sketch`): a
+# p99 bound must keep tightening as traffic comes, where the window stopped it.
 LATENCY_WINDOW = 5000
+# The metrics judged by quantile ratios, and so kept whole in `GateInputs.tails`.
+TAIL_METRICS = PAIRED_METRICS
+Tails = Mapping[str, Mapping[str, LogHistogram]]  # role -> metric -> every sample since start
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,9 @@ class GateInputs:
     # Whether the source knows which requests both sides answered (exchange records do;
     # Prometheus histograms do not): without it, p50 is judged unpaired, by quantile ratios.
     paired: bool = True
+    # Every sample of TAIL_METRICS since evidence began (records and the store keep them;
+    # empty: the quantile checks read `latency`).
+    tails: Tails = field(default_factory=dict)
 
     @classmethod
     def from_records(cls, records: Iterable[ExchangeRecord],
@@ -180,9 +189,12 @@ class GateInputs:
                 has_baseline = has_baseline or cap.role == "baseline"
                 requests[cap.role] = requests.get(cap.role, 0) + 1
                 errors[cap.role] = errors.get(cap.role, 0) + (not complete(cap))
-        rows = [row for index, record in enumerate(records[-latency_window:])
+        rows = [row for index, record in enumerate(records)
                 for row in latency_rows(index, record)]
-        latency, pairs = latency_inputs(rows)
+        newest = len(records) - latency_window
+        latency, pairs = latency_inputs(row for row in rows if row.exchange >= newest)
+        tails: dict[str, dict[str, LogHistogram]] = {}
+        grow_tails(tails, rows)
         return cls(
             new_vs_old=MatchCounts.of(comparisons, "shadow"),
             baseline_vs_old=MatchCounts.of(comparisons, "baseline") if has_baseline else None,
@@ -190,6 +202,7 @@ class GateInputs:
             requests=requests,
             errors=errors,
             pairs=pairs,
+            tails=tails,
         )
 
 
@@ -280,6 +293,24 @@ def _row_values(row: LatencyRow) -> dict[str, float]:
         if row.output_tokens is not None and row.output_tokens >= 1:
             values["tpot_unstreamed"] = row.e2e_s / row.output_tokens
     return values
+
+
+def grow_tails(tails: dict[str, dict[str, LogHistogram]], rows: Iterable[LatencyRow]) -> None:
+    """Add `rows`' samples of TAIL_METRICS to `tails` (role -> metric -> sketch), each in its
+    latency kind as `latency_inputs` folds them."""
+    for row in rows:
+        values = _row_values(row)
+        of_role = tails.setdefault(row.role, {})
+        for metric in TAIL_METRICS:
+            value = values.get(metric)
+            if value is not None:
+                of_role.setdefault(metric, LogHistogram()).add((value,))
+
+
+def frozen_tails(tails: Tails) -> dict[str, dict[str, LogHistogram]]:
+    """A copy of `tails` that later growth does not change (what one verdict judges)."""
+    return {role: {metric: sketch.frozen() for metric, sketch in of_role.items()}
+            for role, of_role in tails.items()}
 
 
 def _samples(of_role: dict[str, list[float]]) -> LatencySamples:

@@ -25,9 +25,10 @@ _LABELS = {e.field: e.label for e in RATIO_LIMITS} | {
 # evidence accumulates (match rate, errors, lengths), it needs more than HOPELESS_FACTOR x
 # the analysis time left and at least as many samples again as it has (the projection is
 # from the bounds' current widths: near the deadline a small need is within its error).
-# A latency check's need is never projected in time: the gate judges latency on the newest
-# `tally.LATENCY_WINDOW` requests, so beyond that more traffic does not tighten its bounds,
-# and "needs 9,000 more" then says nothing of when it decides.
+# A latency check's need is never projected in time: a paired p50 reads the newest
+# `tally.LATENCY_WINDOW` requests (beyond them more traffic does not tighten it), and a
+# quantile's need rests on its tail's few events, so "needs 9,000 more" says little of
+# when it decides.
 HOPELESS_FACTOR = 4.0
 # Evidence enough: RATE_FLOOR requests for every check (a paired p50 judges a share of
 # requests, a rate like the match rate's: its projection rests on the gap between that
