@@ -8,6 +8,7 @@ become "other"), so replacing routes at run time cannot grow the series count.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -105,6 +106,11 @@ class ProxyMetrics:
             f"{ns}_cutover_deadline_timestamp_seconds", "When the cutover's current phase "
             "gives up (unix time; 0: no deadline); minus time() is the time left",
             registry=registry)
+        self.gate_decision = Gauge(
+            f"{ns}_gate_decision_seconds", "About how long the gate needs to decide at the "
+            "traffic seen (the check it waits for; NaN: no estimate, or not shadowing)",
+            registry=registry)
+        self.gate_decision.set(math.nan)
         self.route_version = Gauge(
             f"{ns}_route_version", "Version of the routing table", registry=registry)
         self.cutover_phase = Gauge(
@@ -178,10 +184,13 @@ class ProxyMetrics:
                     self.gate_check.labels(check_name[:48], known).set(
                         1.0 if known == status else 0.0)
 
-    def set_cutover(self, phase: str, deadline_unix: float | None) -> None:
-        """The cutover's phase and its deadline, from each state it persists."""
+    def set_cutover(self, phase: str, deadline_unix: float | None,
+                    decision_in_s: float | None = None) -> None:
+        """The cutover's phase, its deadline and the gate's estimate of when it decides,
+        from each state it persists."""
         self.set_cutover_phase(phase)
         self.cutover_deadline.set(deadline_unix or 0.0)
+        self.gate_decision.set(math.nan if decision_in_s is None else decision_in_s)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -132,8 +133,10 @@ def test_each_gate_check_and_the_cutover_deadline_are_series():
     checks = verdict.details["checks"]
     worker.set_verdict(verdict.verdict, checks)
     own.set_verdict("pass", [{"name": "samples", "status": "pass"}])  # stale: not the owner
-    own.set_cutover("shadowing", 1_900_000_000.0)
+    assert math.isnan(_samples(own.render())[("vllm_cutover_gate_decision_seconds", ())])
+    own.set_cutover("shadowing", 1_900_000_000.0, 360.0)
     merged = _samples(merge_expositions(own.render(), worker.render()))
+    assert merged[("vllm_cutover_gate_decision_seconds", ())] == 360.0  # the gate's estimate
     for check in checks:
         key = ("vllm_cutover_gate_check", (("check", check["name"]), ("status", check["status"])))
         assert merged[key] == 1, key

@@ -131,6 +131,8 @@ class CutoverState:
     # While shadowing: the check the gate waits for and about how long at the traffic seen
     # ("waiting for TTFT p99: about 6 min at 4.8 req/s"; `proxy.cutover.eta`).
     waiting_for: str | None = None
+    # About how many seconds until it decides at that traffic (None: no estimate).
+    decision_in_s: float | None = None
     # Since when every look has found the gate hopeless before the timeout (`eta.hopeless`).
     hopeless_since_unix: float | None = None
     error: str | None = None  # why it failed, aborted or rolled back
@@ -160,7 +162,8 @@ class CutoverState:
             "history": [t.to_json() for t in self.history], "pending": self.pending,
             "end_phase": self.end_phase.value if self.end_phase else None,
             "verdict": self.verdict, "reasons": list(self.reasons), "samples": self.samples,
-            "waiting_for": self.waiting_for, "hopeless_since_unix": self.hopeless_since_unix,
+            "waiting_for": self.waiting_for, "decision_in_s": self.decision_in_s,
+            "hopeless_since_unix": self.hopeless_since_unix,
             "error": self.error, "log_tail": self.log_tail, "note": self.note,
             "promoted_unix": self.promoted_unix, "drained_unix": self.drained_unix,
             "old_stopped": self.old_stopped,
@@ -221,6 +224,7 @@ class CutoverState:
             end_phase=_phase(end_phase, "cutover.end_phase") if end_phase else None,
             verdict=f.text("verdict"), reasons=f.texts("reasons"),
             samples=f.integer("samples") or 0, waiting_for=f.text("waiting_for"),
+            decision_in_s=num("decision_in_s", minimum=0),
             hopeless_since_unix=num("hopeless_since_unix", minimum=0),
             error=f.text("error"),
             log_tail=f.text("log_tail"), note=f.text("note"),
@@ -236,8 +240,9 @@ class CutoverState:
 
     def moved(self, to: Phase, reason: str, now: float, **changes: Any) -> CutoverState:
         """This state in phase `to`, the transition recorded; `deadline_unix`, `pending`
-        `note`, `waiting_for` and `hopeless_since_unix` reset unless given."""
-        for name in ("deadline_unix", "pending", "note", "waiting_for", "hopeless_since_unix"):
+        `note`, `waiting_for`, `decision_in_s` and `hopeless_since_unix` reset unless given."""
+        for name in ("deadline_unix", "pending", "note", "waiting_for", "decision_in_s",
+                     "hopeless_since_unix"):
             changes.setdefault(name, None)
         return replace(self, phase=to, phase_since_unix=now,
                        history=self.history + (Transition(now, self.phase, to, reason),),

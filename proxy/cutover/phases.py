@@ -213,6 +213,7 @@ def shadowing(state: CutoverState, obs: Observation, now: float) -> Step:
         state = replace(state, verdict=obs.gate.verdict, reasons=obs.gate.reasons,
                         samples=obs.gate.samples,
                         waiting_for=est.line() if est is not None else None,
+                        decision_in_s=est.seconds_left if est is not None else None,
                         hopeless_since_unix=hopeless_since(state.hopeless_since_unix, est, now))
     if state.pending == "force_promote":
         return state.moved(Phase.PROMOTING, f"promoted by the operator with --force "

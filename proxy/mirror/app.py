@@ -272,8 +272,8 @@ async def _cutover_ctx(app: web.Application) -> AsyncIterator[None]:
         driver = DockerDriver()  # connects on first use: a daemon down is a clear error then
     metrics = app[METRICS_KEY]
     service = CutoverService(app[STATE_KEY], app[CONTROL_KEY], driver,
-                             on_state=lambda state: metrics.set_cutover(state.phase.value,
-                                                                        state.deadline_unix))
+                             on_state=lambda state: metrics.set_cutover(
+                                 state.phase.value, state.deadline_unix, state.decision_in_s))
     await service.open()
     app[CUTOVER_KEY] = service
     app[PEERS_KEY].bind(service.confirm_peer)

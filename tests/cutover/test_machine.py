@@ -306,6 +306,8 @@ def test_shadowing_says_which_check_it_waits_for_and_how_long() -> None:
     look = GateView("inconclusive", (), 240, 50, {"checks": checks})
     s, _ = advance(s, obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=look), T0 + 60)
     assert s.waiting_for == "waiting for TTFT p99: about 6 min at 4.0 req/s"
+    assert s.decision_in_s == 1440 / 4.0  # the estimate in seconds, for /metrics
+    assert type(s).from_json(s.to_json()).decision_in_s == 360.0  # persisted and checked
     short = replace(s, deadline_unix=T0 + 120)  # one minute left, six needed
     s, _ = advance(short, obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=look),
                    T0 + 60)
@@ -315,7 +317,7 @@ def test_shadowing_says_which_check_it_waits_for_and_how_long() -> None:
     decided = GateView("pass", (), 300, 50, {"checks": [{"name": "x", "status": "pass"}]})
     s, _ = advance(replace(s, spec=replace(s.spec, auto_promote=False)),
                    obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=decided), T0 + 70)
-    assert s.waiting_for is None
+    assert s.waiting_for is None and s.decision_in_s is None
 
 
 def _waits(at: float, more: int | None, rate: float = 100.0,
