@@ -72,7 +72,7 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True)
     try:
-        out, _ = process.communicate(timeout=540)
+        out, _ = process.communicate(timeout=900)  # minutes on a loaded 2-core host
     finally:
         try:
             os.killpg(process.pid, signal.SIGKILL)

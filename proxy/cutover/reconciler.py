@@ -123,9 +123,9 @@ class Reconciler:
             if nxt.phase is not self.state.phase:
                 log.info("cutover %s: %s -> %s (%s)", nxt.id, self.state.phase.value,
                          nxt.phase.value, nxt.history[-1].reason)
-        moved = nxt.phase is not self.state.phase
+        changed = nxt != self.state  # a phase, or the gate's estimate within one (metrics)
         self.state = nxt
-        if moved and self._on_state is not None:  # the service reports the first state itself
+        if changed and self._on_state is not None:  # the service reports the first state
             self._on_state(nxt)
         if self._mail is mail:  # taken; one delivered meanwhile waits for the next step
             self._mail = None

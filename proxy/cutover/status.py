@@ -43,7 +43,7 @@ def status_json(state: CutoverState | None, routes: RoutesView | None,
                  "started_unix", "phase_since_unix", "error", "log_tail", "note", "pending",
                  "promoted_unix", "drained_unix", "rollback_started_unix", "rollback_s",
                  "backup_bytes", "end_phase", "verdict", "reasons", "samples", "waiting_for",
-                 "history",
+                 "decision_in_s", "hopeless_since_unix", "history",
                  "deadline_unix", "shutdown_grace_s", "mirror_off"):
         data[name] = full[name]
     data.update(id=state.id, phase=state.phase.value, terminal=state.phase.terminal,
