@@ -47,10 +47,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                ("vllm-cutover tune start --candidate-url "
                                 "cutlass=http://10.0.0.5:8000 --candidate-url "
                                 "b12x=http://10.0.0.6:8000 --wait"),
+                               ("vllm-cutover tune start --old vllm --candidate "
+                                "cutlass='--linear-backend cutlass' --candidate "
+                                "marlin='--linear-backend marlin' --new-gpus 2,3 "
+                                "--new-gpus 4,5 --report-only --wait"),
                            ],
-                           help="start a race (adopt mode: candidates that already run)")
+                           help="start a race: candidates that already run (--candidate-url) "
+                                "or containers made from --old (--candidate)")
     start.add_argument("--candidate-url", action="append", default=[], metavar="NAME=URL",
-                       required=True, help="a candidate engine that already runs (repeatable)")
+                       help="a candidate engine that already runs (repeatable)")
+    start.add_argument("--candidate", action="append", default=[], metavar="NAME='ARGS'",
+                       help="a candidate container: old's configuration with these extra "
+                            "engine args (replacing the flags old sets too) and leading "
+                            "VAR=VALUE environment words, as `tune candidates` prints them "
+                            "(repeatable; needs --old)")
+    start.add_argument("--old", metavar="CONTAINER",
+                       help="the serving container the candidates are made from (name, id "
+                            "or label=KEY=VALUE; the proxy needs --driver docker)")
+    start.add_argument("--new-image", metavar="IMAGE",
+                       help="the candidates' image (default: the old container's)")
+    start.add_argument("--new-gpus", action="append", default=[], metavar="2,3",
+                       help="one GPU set for a candidate running at once (repeat for more)")
+    start.add_argument("--parallel", type=int, metavar="N",
+                       help="candidates running at once (default: one per --new-gpus set, "
+                            "else all); the rest wait for a place")
     outcome = start.add_mutually_exclusive_group()
     outcome.add_argument("--promote", choices=("best",), default="best",
                          help="cut over to the winner (the default)")
@@ -91,6 +111,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="the GPU's compute capability, e.g. 10.0 (B200), 12.0, 9.0")
     kernels.add_argument("--moe", action="store_true", help="also the NVFP4 MoE backends")
     kernels.add_argument("--json", action="store_true", help="print JSON")
+    kernels.add_argument("--as-flags", action="store_true",
+                         help="print them as --candidate flags for `tune start --old`")
     parser.set_defaults(func=_run)
 
 
@@ -99,8 +121,9 @@ def _pairs(items: list[str], flag: str, parse_json: bool) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"{flag} takes {'KEY=JSON' if parse_json else 'NAME=URL'}, "
-                             f"got {item!r}")
+            shape = ("KEY=JSON" if parse_json else "NAME=URL" if flag == "--candidate-url"
+                     else "NAME='ARGS'")
+            raise ValueError(f"{flag} takes {shape}, got {item!r}")
         if parse_json:
             try:
                 out[key] = json.loads(value)
@@ -115,12 +138,13 @@ def start_request(args: argparse.Namespace) -> dict[str, Any]:
     """The start body from the flags; ValueError quoting a bad value (checked offline)."""
     from proxy.tune.spec import TuneSpec
 
-    names = [item.partition("=")[0] for item in args.candidate_url]
-    urls = _pairs(args.candidate_url, "--candidate-url", parse_json=False)
-    if len(urls) != len(names):
-        raise ValueError(f"--candidate-url: a name is given twice in {names!r}")
-    body: dict[str, Any] = {"candidates": [{"name": n, "url": u} for n, u in urls.items()],
+    body: dict[str, Any] = {"candidates": _candidate_list(args),
                             "promote": "none" if args.report_only else "best"}
+    for flag, key in (("old", "old"), ("new_image", "new_image"), ("parallel", "parallel")):
+        if getattr(args, flag) is not None:
+            body[key] = getattr(args, flag)
+    if args.new_gpus:
+        body["new_gpus"] = [_gpu_set(text) for text in args.new_gpus]
     for flag, key in (("sample_rate", "sample_rate"), ("max_duration", "max_duration_s"),
                       ("served_model_name", "served_model_name")):
         if getattr(args, flag) is not None:
@@ -131,6 +155,38 @@ def start_request(args: argparse.Namespace) -> dict[str, Any]:
         body["cutover"] = _pairs(args.cutover, "--cutover", parse_json=True)
     TuneSpec.from_json(body)
     return body
+
+
+def _candidate_list(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from proxy.tune.containers import CandidateArgsError, parse_extra
+
+    if bool(args.candidate_url) == bool(args.candidate):
+        raise ValueError("give --candidate-url NAME=URL (engines that run) or --candidate "
+                         "NAME='ARGS' with --old (containers to make), not "
+                         f"{'both' if args.candidate else 'neither'}")
+    flag = "--candidate-url" if args.candidate_url else "--candidate"
+    items = args.candidate_url or args.candidate
+    names = [item.partition("=")[0] for item in items]
+    pairs = _pairs(items, flag, parse_json=False)
+    if len(pairs) != len(names):
+        raise ValueError(f"{flag}: a name is given twice in {names!r}")
+    if args.candidate_url:
+        return [{"name": n, "url": u} for n, u in pairs.items()]
+    out = []
+    for name, text in pairs.items():
+        try:
+            extra = parse_extra(text)
+        except CandidateArgsError as exc:
+            raise ValueError(f"--candidate {name}: {exc}") from None
+        out.append({"name": name, "args": list(extra.args), "env": dict(extra.env)})
+    return out
+
+
+def _gpu_set(text: str) -> list[str]:
+    devices = [d.strip() for d in text.split(",")]
+    if not all(devices):
+        raise ValueError(f"--new-gpus takes device ids like 2,3, got {text!r}")
+    return devices
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -190,6 +246,11 @@ def _candidates(args: argparse.Namespace) -> int:
         return admin_failure(exc, "tune")
     if args.json:
         print(json.dumps(plan.as_json(), indent=1))
+        return 0
+    if args.as_flags:
+        for c in plan.candidates:
+            words = [f"{k}={v}" for k, v in c.env] + list(c.args)
+            print(f"--candidate {_quoted(c.name + '=' + ' '.join(map(_quoted, words)))}")
         return 0
     print(f"vLLM {plan.release} on compute capability {args.compute_capability} "
           f"({plan.family}): {len(plan.candidates)} candidates")

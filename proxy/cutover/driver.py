@@ -36,6 +36,18 @@ class Conflict(DriverError):
     held by a running container."""
 
 
+def http_status(exc: DriverError) -> int:
+    """The admin API's answer to a start the driver refused: what the cutover and the tune
+    both say."""
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, Conflict):
+        return 409
+    if isinstance(exc, EngineUnavailable):
+        return 503
+    return 500
+
+
 @dataclass(frozen=True)
 class NetworkAttachment:
     ip: str | None

@@ -22,7 +22,13 @@ from aiohttp import web
 from proxy.cutover import machine
 from proxy.cutover.addressing import network_of, reaches
 from proxy.cutover.control import ProxyControl
-from proxy.cutover.driver import Conflict, ContainerDriver, DriverError, EngineUnavailable, NotFound
+from proxy.cutover.driver import (
+    Conflict,
+    ContainerDriver,
+    DriverError,
+    NotFound,
+    http_status,
+)
 from proxy.cutover.model import Command, CutoverSpec, CutoverState, Endpoint, StateError
 from proxy.cutover.reconciler import SECTION, Reconciler
 from proxy.cutover.spec import DEFAULT_SHUTDOWN_GRACE_S, grace_from_command
@@ -145,16 +151,12 @@ class CutoverService:
                 raise StartRefused(501, NO_DRIVER)
             try:
                 state = await self._first_state(spec)
-            except (NotFound, ProbeError) as exc:
-                raise StartRefused(404 if isinstance(exc, NotFound) else 502, str(exc)) from exc
-            except Conflict as exc:
-                raise StartRefused(409, str(exc)) from exc
+            except ProbeError as exc:
+                raise StartRefused(502, str(exc)) from exc
             except MeaninglessSetup as exc:
                 raise StartRefused(400, str(exc)) from exc
-            except EngineUnavailable as exc:
-                raise StartRefused(503, str(exc)) from exc
             except DriverError as exc:
-                raise StartRefused(500, str(exc)) from exc
+                raise StartRefused(http_status(exc), str(exc)) from exc
             try:
                 await asyncio.to_thread(self._statefile.put, SECTION, state.to_json())
             except OSError as exc:  # disk full, read-only: nothing was started

@@ -90,6 +90,8 @@ class CandidateMirrors:
         """Every racing candidate's exchange of a request (`request`: the body as
         `read_request` read it, and mirrorable)."""
         targets = self._tune.racing()
+        if self._routers.keys() - targets.values():
+            self._forget(set(targets.values()))
         if not targets:
             return None
         if self._sampler.rate != self._tune.sample_rate:
@@ -105,6 +107,19 @@ class CandidateMirrors:
                 exchange.on_record = partial(self._tune.observe, name, number)
                 started.append(exchange)
         return joined(*started)
+
+    def _forget(self, racing: set[str]) -> None:
+        """Close the pools of candidates no longer racing: the next candidate may get the
+        same address (Docker gives a removed container's IP to the next one) and must not
+        inherit keep-alive connections to the engine before it; and a tune of many
+        candidates must not keep a pool for each."""
+        for url in [u for u in self._routers if u not in racing]:
+            router = self._routers.pop(url)
+            self._tasks.spawn(router.close(), f"close-candidate-{url}")
+
+    def known(self) -> set[str]:
+        """The candidate URLs whose pools are open."""
+        return set(self._routers)
 
     async def close(self, drain_timeout_s: float) -> None:
         await self._tasks.drain(drain_timeout_s)

@@ -51,7 +51,7 @@ def add_tune_routes(admin_app: web.Application, get_service: GetService,
         if isinstance(service, web.Response):
             return service
         try:
-            return json_answer(service.abort(), 202)
+            return json_answer(await service.abort(), 202)
         except TuneRefused as exc:
             return json_error(exc.status, str(exc))
 

@@ -27,8 +27,12 @@ from proxy.compare.sequential import mean_bounds
 from proxy.compare.types import Capture, ExchangeRecord
 from proxy.credentials import without_credentials
 
-LaneState = Literal["racing", "passed", "eliminated", "failed", "winner", "stopped"]
+LaneState = Literal["waiting", "starting", "racing", "passed", "finalist", "eliminated",
+                   "failed", "winner", "stopped"]
 ALIVE: frozenset[LaneState] = frozenset({"racing", "passed"})
+PENDING: frozenset[LaneState] = frozenset({"waiting", "starting"})
+# Done measuring: no traffic, no container (a finalist may still win).
+RETIRED: frozenset[LaneState] = frozenset({"finalist", "eliminated", "failed", "stopped"})
 
 
 def answer_time_s(capture: Capture) -> float | None:
@@ -52,6 +56,13 @@ class Lane:
     old_times_s: dict[int, float] = field(default_factory=dict)
     verdict: Verdict | None = None
     stopped_at_requests: int | None = None
+    admitted_s: float = 0.0  # when it began to race (seconds since the tune began)
+    past_deadline: bool = False  # passed and raced max_duration_s: done measuring
+
+    @property
+    def in_play(self) -> bool:
+        """Still to be decided: waiting for a place, starting, or racing."""
+        return self.state in ALIVE or self.state in PENDING
 
     def stop(self, state: LaneState, reason: str) -> None:
         self.state, self.reason = state, reason
@@ -59,6 +70,13 @@ class Lane:
 
     def median_s(self) -> float | None:
         return statistics.median(self.times_s.values()) if self.times_s else None
+
+    def paired_ratio(self) -> float | None:
+        """The median, over requests both answered, of its answer time over old's: how
+        lanes that raced at different times (rounds) compare on the same traffic mix."""
+        ratios = [self.times_s[k] / self.old_times_s[k]
+                  for k in self.times_s.keys() & self.old_times_s.keys() if self.old_times_s[k] > 0]
+        return statistics.median(ratios) if ratios else None
 
     def as_json(self) -> dict[str, Any]:
         verdict = self.verdict
@@ -73,6 +91,7 @@ class Lane:
                 "divergence_by_field": _divergence_by_field(self.records),
                 "median_answer_s": mine, "old_median_answer_s": old,
                 "median_ratio": mine / old if mine is not None and old else None,
+                "paired_ratio": self.paired_ratio(),
                 "gate_checks": verdict.details.get("checks", []) if verdict else []}
 
 
@@ -111,6 +130,10 @@ class RaceCriteria:
         return (1 - self.rank_confidence) / pairs
 
 
+def _ratio(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
 def faster_share_bounds(a: Lane, b: Lane, alpha: float) -> tuple[float, float, int]:
     """Bounds on the share of requests on which `a` answers faster than `b` (ties count
     half), over the requests both answered; and how many those were."""
@@ -122,13 +145,26 @@ def faster_share_bounds(a: Lane, b: Lane, alpha: float) -> tuple[float, float, i
 
 
 class Race:
-    """The candidates' lanes and the rules that stop them (call `look` now and then)."""
+    """The candidates' lanes and the rules that stop them (call `look` now and then).
 
-    def __init__(self, candidates: dict[str, str], criteria: RaceCriteria) -> None:
+    A candidate given with a URL races from the start; one given without (container
+    mode) waits for one of `parallel` places (`begin_waiting`), starts, and races once
+    `admit`ted. A passed lane that holds a place a waiting one needs, with no rival left
+    or past its own deadline, retires as a `finalist`; lanes that never raced together
+    are compared by `paired_ratio` (each one's answer time over old's on the same
+    requests). Each lane's deadline is `max_duration_s` after it was admitted."""
+
+    def __init__(self, candidates: dict[str, str], criteria: RaceCriteria,
+                 parallel: int | None = None) -> None:
         if not candidates:
             raise ValueError("a race needs at least one candidate")
+        if parallel is not None and parallel < 1:
+            raise ValueError(f"parallel must be >= 1, got {parallel!r}")
         self.criteria = criteria
-        self.lanes = {name: Lane(name, url) for name, url in candidates.items()}
+        self.parallel = parallel
+        self.lanes = {name: Lane(name, url, "racing" if url else "waiting")
+                      for name, url in candidates.items()}
+        # Fixed for all K candidates before any data, whatever the rounds.
         self.gate_criteria = criteria.per_candidate(len(candidates))
         self.pair_alpha = criteria.pair_alpha(len(candidates))
         self.winner: str | None = None
@@ -138,6 +174,28 @@ class Race:
     def racing(self) -> dict[str, str]:
         """Name -> URL of the candidates still shadowed."""
         return {n: lane.url for n, lane in self.lanes.items() if lane.state in ALIVE}
+
+    def free_places(self) -> int:
+        used = sum(1 for lane in self.lanes.values()
+                   if lane.state in ALIVE or lane.state == "starting")
+        return len(self.lanes) if self.parallel is None else max(self.parallel - used, 0)
+
+    def begin_waiting(self) -> list[str]:
+        """The waiting candidates that fit in the free places, now `starting`."""
+        if self.over:
+            return []
+        waiting = [lane for lane in self.lanes.values() if lane.state == "waiting"]
+        begun = waiting[:self.free_places()]
+        for lane in begun:
+            lane.state, lane.reason = "starting", "starting its engine"
+        return [lane.name for lane in begun]
+
+    def admit(self, name: str, url: str, elapsed_s: float) -> None:
+        """A started candidate's engine is ready and is the one meant: it races now."""
+        lane = self.lanes[name]
+        if lane.state != "starting" or self.over:
+            return
+        lane.url, lane.state, lane.reason, lane.admitted_s = url, "racing", "", elapsed_s
 
     def observe(self, name: str, number: int, record: ExchangeRecord) -> None:
         """Request `number`'s record for candidate `name` (ignored once it stopped)."""
@@ -157,7 +215,7 @@ class Race:
     def fail(self, name: str, reason: str) -> None:
         """Stop a candidate for a fault seen outside the gate (not ready, another model)."""
         lane = self.lanes[name]
-        if lane.state in ALIVE:
+        if lane.in_play:
             lane.stop("failed", reason)
 
     def look(self, elapsed_s: float) -> list[str]:
@@ -166,7 +224,9 @@ class Race:
             return []
         changes = [self._judge(lane) for lane in self.lanes.values() if lane.state in ALIVE]
         changes += self._rank()
-        changes += self._finish(elapsed_s >= self.criteria.max_duration_s)
+        changes += self._deadlines(elapsed_s)
+        changes += self._retire()
+        changes += self._finish()
         return [c for c in changes if c]
 
     def _judge(self, lane: Lane) -> str:
@@ -201,26 +261,59 @@ class Race:
                     break
         return changes
 
-    def _finish(self, deadline: bool) -> list[str]:
-        alive = [lane for lane in self.lanes.values() if lane.state in ALIVE]
-        passed = [lane for lane in alive if lane.state == "passed"]
-        if not alive:
-            return [self._end(None, "no candidate is left: none passed the gate")]
-        if len(alive) == 1 and passed:
-            return [self._end(passed[0], "the only candidate left passed the gate")]
-        if not deadline:
-            return []
-        for lane in alive:
-            if lane.state == "racing":
+    def _past_deadline(self, lane: Lane, elapsed_s: float) -> bool:
+        return elapsed_s - lane.admitted_s >= self.criteria.max_duration_s
+
+    def _deadlines(self, elapsed_s: float) -> list[str]:
+        """Undecided lanes past their deadline stop; passed ones are done measuring."""
+        changes = []
+        for lane in self.lanes.values():
+            if lane.state == "racing" and self._past_deadline(lane, elapsed_s):
                 lane.stop("stopped", "undecided at the deadline")
-        if not passed:
-            return [self._end(None, "deadline: no candidate passed the gate")]
-        best = min(passed, key=lambda lane: lane.median_s() or float("inf"))
-        for lane in passed:
+                changes.append(f"{lane.name} stopped: {lane.reason}")
+            elif lane.state == "passed" and self._past_deadline(lane, elapsed_s):
+                lane.past_deadline = True
+        return changes
+
+    def _retire(self) -> list[str]:
+        """A passed lane gives its place to a waiting one when it has no rival to be
+        ranked against (or its deadline came) and no place is free."""
+        waiting = any(lane.state == "waiting" for lane in self.lanes.values())
+        if not waiting or self.free_places() > 0:
+            return []
+        alive = [lane for lane in self.lanes.values() if lane.state in ALIVE]
+        for lane in alive:
+            alone = len(alive) == 1 and not any(
+                other.state == "starting" for other in self.lanes.values())
+            if lane.state == "passed" and (alone or lane.past_deadline):
+                lane.stop("finalist", "gate passed; made way for the next candidates")
+                return [(f"{lane.name} is a finalist (paired answer time "
+                         f"{_ratio(lane.paired_ratio())} of old's); its place goes to the "
+                         "next candidate")]
+        return []
+
+    def _finish(self) -> list[str]:
+        lanes = list(self.lanes.values())
+        if any(lane.state in PENDING for lane in lanes):
+            return []
+        alive = [lane for lane in lanes if lane.state in ALIVE]
+        passed = [lane for lane in alive if lane.state == "passed"]
+        done = all(lane.past_deadline for lane in passed)
+        if any(lane.state == "racing" for lane in alive) or (len(passed) > 1 and not done):
+            return []
+        finalists = passed + [lane for lane in lanes if lane.state == "finalist"]
+        if not finalists:
+            return [self._end(None, "no candidate is left: none passed the gate")]
+        if len(finalists) == 1:
+            return [self._end(finalists[0], "the only candidate left passed the gate")]
+        best = min(finalists, key=lambda lane: lane.paired_ratio() or float("inf"))
+        for lane in finalists:
             if lane is not best:
-                lane.stop("stopped", f"deadline: {best.name} has the lower median")
-        return [self._end(best, "deadline: the fastest candidate that passed the gate, "
-                                "by median answer time")]
+                lane.stop("stopped", f"{best.name} answers faster against old "
+                                     f"({_ratio(best.paired_ratio())} vs "
+                                     f"{_ratio(lane.paired_ratio())} of old's time)")
+        return [self._end(best, "the fastest candidate that passed the gate, by its answer "
+                                "time over old's on the same requests")]
 
     def _end(self, winner: Lane | None, why: str) -> str:
         self.over = True
@@ -233,7 +326,7 @@ class Race:
 
     def abort(self, reason: str) -> None:
         for lane in self.lanes.values():
-            if lane.state in ALIVE:
+            if lane.in_play:
                 lane.stop("stopped", reason)
         self.over, self.ending = True, reason
 

@@ -9,6 +9,12 @@ again on its own, promotion, post-promotion watch, rollback as any cutover), and
 is done when that cutover is. Only the race's summary is persisted (section "tune"): the
 records live in memory, so a proxy restarted mid-race ends the race as aborted, old still
 serving; one restarted while promoting follows the resumed cutover.
+
+Container mode (`spec.old`): each candidate's container is made from the old one's
+configuration by the cutover's driver, `parallel` at a time on their GPU sets; the race
+says which start and which are done, `proxy.tune.lineup` starts, proves
+(`proxy.tune.launch`) and removes them. An abort, the race's end and a restart remove
+every candidate container but a winner being promoted.
 """
 
 from __future__ import annotations
@@ -26,11 +32,22 @@ from aiohttp import web
 from proxy.compare.gate import GateCriteria
 from proxy.compare.types import ExchangeRecord
 from proxy.credentials import without_credentials
+from proxy.cutover.addressing import reaches
 from proxy.cutover.control import ProxyControl
+from proxy.cutover.driver import (
+    Conflict,
+    ContainerInfo,
+    DriverError,
+    NotFound,
+    http_status,
+)
 from proxy.cutover.service import CutoverService, StartRefused
-from proxy.cutover.warmup import ProbeError, served_models
+from proxy.cutover.warmup import ProbeError, served_models, vllm_version
 from proxy.statefile import StateFile
 from proxy.tasks import start_task
+from proxy.tune.containers import GpuSlots
+from proxy.tune.launch import Launcher, LaunchFailed, OldEngine
+from proxy.tune.lineup import Lineup
 from proxy.tune.race import Race
 from proxy.tune.spec import TuneSpec
 from proxy.urls import role_conflicts
@@ -41,6 +58,10 @@ SECTION = "tune"
 TunePhase = Literal["racing", "promoting", "done", "aborted", "failed"]
 TERMINAL: frozenset[str] = frozenset({"done", "aborted", "failed"})
 PROBE_TIMEOUT_S = 10.0
+DEFAULT_WARMUP_TIMEOUT_S = 900.0
+NO_DRIVER = ("this proxy runs without a container driver: start it with --driver docker "
+             "and the Docker socket mounted, or race candidates that already run "
+             "(--candidate-url)")
 
 
 class TuneRefused(RuntimeError):
@@ -70,6 +91,7 @@ class TuneService:
         self.race: Race | None = None
         self.spec: TuneSpec | None = None
         self.state: dict[str, Any] | None = None  # what status shows and the file keeps
+        self._containers: Lineup | None = None  # container mode's candidates
 
     async def open(self) -> None:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S))
@@ -78,6 +100,8 @@ class TuneService:
             self.state = saved if isinstance(saved, dict) else None
             return
         self.state = saved
+        if saved.get("phase") != "promoting":
+            await self._lineup().remove_all()
         if saved.get("phase") == "promoting":
             log.info("tune %s: following the resumed cutover to %s", saved.get("id"),
                      saved.get("winner"))
@@ -87,6 +111,9 @@ class TuneService:
                              "in memory, so it ended; old kept serving")
 
     async def close(self) -> None:
+        """Stops stepping; candidate containers stay until the next start removes them."""
+        if self._containers is not None:
+            await self._containers.stop_launches()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -122,34 +149,82 @@ class TuneService:
             if cutover is not None and not cutover.phase.terminal:
                 raise TuneRefused(409, f"cutover {cutover.id} is {cutover.phase.value}: a tune "
                                        "starts only when no cutover runs")
+            if spec.containers and self._cutover.driver is None:
+                raise TuneRefused(501, NO_DRIVER)
             old_url = self._control.routes().primary  # as configured: credentials kept
             for candidate in spec.candidates:
+                if not candidate.url:
+                    continue
                 errors, _ = role_conflicts(old_url, candidate.url, None,
                                            ("primary (old)", f"candidate {candidate.name}",
                                             "baseline"))
                 if errors:
                     raise TuneRefused(400, "; ".join(errors))
             old_models = await self._old_models(spec, old_url)
-            race = Race({c.name: c.url for c in spec.candidates}, spec.criteria(self.base_criteria))
+            tune_id = secrets.token_hex(4)
+            old_info, self._containers, launcher = None, None, None
+            if spec.containers:
+                old_info, launcher = await self._prepare_containers(spec, tune_id, old_url,
+                                                                    old_models)
+            race = Race({c.name: c.url for c in spec.candidates},
+                        spec.criteria(self.base_criteria),
+                        spec.places if spec.containers else None)
             faults = await asyncio.gather(*(self._identity(c.url, old_models)
-                                            for c in spec.candidates))
-            for candidate, fault in zip(spec.candidates, faults):
+                                            for c in spec.candidates if c.url))
+            for candidate, fault in zip([c for c in spec.candidates if c.url], faults):
                 if fault is not None:
                     race.fail(candidate.name, fault)
             self.spec, self.race = spec, race
             now = self._clock()
             shown_old = without_credentials(old_url)
-            self.state = {"id": secrets.token_hex(4), "phase": "racing", "old_url": shown_old,
+            self.state = {"id": tune_id, "phase": "racing", "old_url": shown_old,
                           "promote": spec.promote, "started_unix": now, "ended_unix": None,
                           "reason": "racing", "winner": None, "cutover_id": None,
-                          "history": [], "spec": spec.to_json()}
-            self._note(f"started: {len(spec.candidates)} candidates against {shown_old}")
-            for candidate, fault in zip(spec.candidates, faults):
+                          "history": [], "spec": spec.to_json(), "containers": {}}
+            if old_info is not None:
+                self.state.update(old_container=old_info.name, old_container_id=old_info.id,
+                                  parallel=spec.places)
+                self._containers = Lineup(self._cutover.driver, self.state["containers"],
+                                          self._note, self._persist, launcher,
+                                          GpuSlots(spec.new_gpus, spec.places))
+            mode = (f", {spec.places} at a time, made from container {old_info.name}"
+                    if old_info is not None else "")
+            self._note(f"started: {len(spec.candidates)} candidates against {shown_old}{mode}")
+            for candidate, fault in zip([c for c in spec.candidates if c.url], faults):
                 if fault is not None:
                     self._note(f"{candidate.name} failed: {fault}")
             self._persist()
             self._task = start_task(self._run(), f"tune-{self.state['id']}")
             return self.status()
+
+    async def _prepare_containers(self, spec: TuneSpec, tune_id: str, old_url: str,
+                                  models: tuple[str, ...]) -> tuple[ContainerInfo, Launcher]:
+        """The old container, checked, and the launcher of candidates (nothing made yet)."""
+        driver = self._cutover.driver
+        assert driver is not None and spec.old is not None and self._session is not None
+        try:
+            info = await asyncio.to_thread(driver.find, spec.old)
+            if info.state != "running":
+                raise Conflict(f"the old container {info.name} is {info.state}, not running")
+            if not reaches(info, old_url):
+                raise Conflict(f"the proxy's primary {without_credentials(old_url)} does not "
+                               f"reach the container {info.name}: give --old the container "
+                               "that serves")
+            image = spec.new_image or info.image
+            if not await asyncio.to_thread(driver.image_exists, image):
+                raise NotFound(f"image {image!r} is not on this host: build or pull it first")
+            if not spec.new_gpus and info.gpus:
+                raise Conflict(f"the old container holds GPUs {list(info.gpus)!r}; give each "
+                               "candidate running at once its own free GPUs (--new-gpus 2,3 "
+                               "--new-gpus 4,5 ...)")
+            for devices in spec.new_gpus:
+                await asyncio.to_thread(driver.check_gpus, devices)
+        except DriverError as exc:
+            raise TuneRefused(http_status(exc), str(exc)) from exc
+        version = await vllm_version(self._session, old_url)
+        warmup = float(spec.cutover.get("warmup_timeout_s", DEFAULT_WARMUP_TIMEOUT_S))
+        return info, Launcher(driver, self._session, OldEngine(info, old_url, models, version),
+                              image, tune_id, warmup, self._tick_s)
 
     async def _old_models(self, spec: TuneSpec, old_url: str) -> tuple[str, ...]:
         if spec.served_model_name:
@@ -173,7 +248,8 @@ class TuneService:
             return f"serves another model: {list(served)!r}, not {missing!r}"
         return None
 
-    def abort(self, reason: str = "aborted by the operator") -> dict[str, Any]:
+    async def abort(self, reason: str = "aborted by the operator") -> dict[str, Any]:
+        """Stop the race and remove every candidate container; old keeps serving."""
         state = self.state
         if state is None or state["phase"] in TERMINAL:
             raise TuneRefused(409, "no tune is running")
@@ -184,6 +260,9 @@ class TuneService:
             self.race.abort(reason)
         if self._task is not None:
             self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._lineup().stop_launches()
+        await self._lineup().remove_all()
         self._end("aborted", reason)
         return self.status()
 
@@ -198,6 +277,8 @@ class TuneService:
             out["winner"] = state["winner"] or self.race.winner
         else:
             out.setdefault("candidates", state.get("candidates", []))
+        made = state.get("containers") or {}
+        out["candidates"] = [{**c, **made.get(c["name"], {})} for c in out["candidates"]]
         if state.get("cutover_id"):
             cutover = self._cutover.status()
             out["cutover"] = {k: cutover.get(k) for k in ("id", "phase", "verdict", "reason")}
@@ -209,31 +290,58 @@ class TuneService:
         race, spec, state = self.race, self.spec, self.state
         assert race is not None and spec is not None and state is not None
         try:
+            lineup = self._lineup()
+            await lineup.tend(race, spec, self._elapsed_s)
             while not race.over:
                 await asyncio.sleep(self._tick_s)
-                for change in race.look(self._clock() - state["started_unix"]):
+                for change in race.look(self._elapsed_s()):
                     self._note(change)
+                await lineup.tend(race, spec, self._elapsed_s)
                 self._persist()
             state["winner"] = race.winner
+            promote = race.winner if spec.promote == "best" else None
+            await lineup.stop_launches()
+            await lineup.remove_all(keep=promote)
             if race.winner is None:
                 self._end("done", f"no winner: {race.ending}")
                 return
-            if spec.promote == "none":
+            if promote is None:
                 self._end("done", f"report only: {race.winner} wins ({race.ending})")
                 return
-            await self._promote(race.lanes[race.winner].url)
+            try:
+                url = await lineup.winner_url(race, spec, race.winner, self._elapsed_s)
+            except LaunchFailed as exc:
+                await lineup.remove_all()
+                self._end("failed", str(exc))
+                return
+            await self._promote(url)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the race must end saying why
             log.exception("tune %s failed", state["id"])
+            await self._lineup().remove_all()
             self._end("failed", f"internal error: {type(exc).__name__}: {exc}")
+
+    def _elapsed_s(self) -> float:
+        assert self.state is not None
+        return self._clock() - float(self.state["started_unix"])
+
+    def _lineup(self) -> Lineup:
+        """The candidate containers (a bare lineup, for removal only, after a restart)."""
+        assert self.state is not None
+        if self._containers is None:
+            self._containers = Lineup(self._cutover.driver,
+                                      self.state.setdefault("containers", {}), self._note,
+                                      self._persist)
+        return self._containers
 
     async def _promote(self, url: str) -> None:
         state, spec = self.state, self.spec
         assert state is not None and spec is not None
         try:
-            cutover = await self._cutover.start(spec.promotion(url))
+            cutover = await self._cutover.start(spec.promotion(url, state.get("old_container_id")))
         except (StartRefused, ValueError) as exc:
+            await self._lineup().remove_all()
             self._end("failed", f"the cutover to {state['winner']} was refused: {exc}")
             return
         state.update(phase="promoting", cutover_id=cutover.id,
@@ -248,13 +356,15 @@ class TuneService:
         while True:
             cutover = self._cutover.state
             if cutover is None or cutover.id != state.get("cutover_id"):
+                await self._lineup().remove_all()
                 self._end("failed", "the promotion's cutover is gone")
                 return
             if cutover.phase.terminal:
                 ended = cutover.phase.value
                 if ended == "done":
                     self._end("done", f"{state['winner']} promoted: cutover {cutover.id} done")
-                else:
+                else:  # old serves again: the winner's container has no use
+                    await self._lineup().remove_all()
                     self._end("failed", f"the cutover to {state['winner']} ended {ended}: "
                                         f"{cutover.history[-1].reason}")
                 return

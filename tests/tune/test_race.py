@@ -143,3 +143,75 @@ def test_the_status_shows_candidate_urls_without_their_credentials() -> None:
     race = Race({"a": "http://user:secret@a:1"}, CRITERIA)
     shown = race.as_json()["candidates"][0]["url"]
     assert "secret" not in shown and shown.endswith("a:1")
+
+
+def _drive(race: Race, profiles: dict[str, tuple[float, float, bool]], start: int,
+           steps: int, rng: random.Random, clock: list[float]) -> int:
+    """Feed the lanes racing now and look, `steps` times; admit lanes that were begun.
+    Returns the next request number."""
+    n = start
+    for _ in range(steps):
+        for name in race.begin_waiting():
+            race.admit(name, f"http://{name}", clock[0])
+        racing = {k: v for k, v in profiles.items() if k in race.racing()}
+        _feed(race, racing, n, 10, rng)
+        n += 10
+        clock[0] += 1.0
+        race.look(clock[0])
+        if race.over:
+            break
+    return n
+
+
+def test_parallel_one_runs_the_candidates_one_after_another() -> None:
+    rng, clock = random.Random(3), [0.0]
+    profiles = {"slow": (0.9, 0.0, False), "diverging": (0.5, 0.4, False),
+                "fast": (0.6, 0.0, False)}
+    race = Race({name: "" for name in profiles}, CRITERIA, parallel=1)
+    assert {lane.state for lane in race.lanes.values()} == {"waiting"}
+    order: list[str] = []
+    n = 0
+    while not race.over and n < 20_000:
+        assert len(race.racing()) + sum(
+            lane.state == "starting" for lane in race.lanes.values()) <= 1
+        n = _drive(race, profiles, n, 1, rng, clock)
+        for name in race.racing():
+            if name not in order:
+                order.append(name)
+    assert order == ["slow", "diverging", "fast"]
+    assert race.winner == "fast"
+    assert race.lanes["diverging"].state in ("eliminated", "failed")
+    assert race.lanes["slow"].state == "stopped"  # a finalist the fast one beat
+    assert "fast answers faster" in race.lanes["slow"].reason
+
+
+def test_the_gate_split_covers_all_candidates_whatever_the_rounds() -> None:
+    for parallel in (None, 1, 2):
+        race = Race({"a": "", "b": "", "c": "", "d": ""}, CRITERIA, parallel=parallel)
+        assert race.gate_criteria.confidence == pytest.approx(1 - (1 - 0.95) / 4)
+        assert race.pair_alpha == pytest.approx(0.05 / 6)
+
+
+def test_a_freed_place_goes_to_the_next_waiting_one() -> None:
+    race = Race({"a": "", "b": "", "c": ""}, CRITERIA, parallel=2)
+    assert race.begin_waiting() == ["a", "b"]
+    assert race.begin_waiting() == []
+    race.fail("a", "not ready: its container exited")
+    assert race.lanes["a"].state == "failed"
+    assert race.begin_waiting() == ["c"]
+    race.admit("b", "http://b", 0.0)
+    assert race.racing() == {"b": "http://b"}
+    race.fail("b", "x")
+    race.fail("c", "y")
+    assert race.look(1.0) == [("race over without a winner: no candidate is left: none "
+                               "passed the gate")]
+
+
+def test_a_passed_one_keeps_its_place_while_another_starts() -> None:
+    """With a free place the next candidate starts beside the passed one: no finalist."""
+    rng, clock = random.Random(11), [0.0]
+    profiles = {"a": (0.6, 0.0, False), "b": (0.9, 0.0, False), "c": (1.0, 0.0, False)}
+    race = Race({name: "" for name in profiles}, CRITERIA, parallel=2)
+    _drive(race, profiles, 0, 200, rng, clock)
+    assert race.over and race.winner == "a"
+    assert all(lane.state != "finalist" for lane in race.lanes.values())
