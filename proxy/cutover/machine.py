@@ -110,9 +110,11 @@ def command(state: CutoverState, cmd: Command) -> CutoverState:
     elif phase is Phase.SHADOWING:
         if cmd == "force_promote" or phases.passing(state):
             return replace(state, pending=cmd)
-        reasons = "; ".join(state.reasons) or "no reasons yet"
-        raise CommandRefused(f"cutover {state.id}: {phases.gate_summary(state)} ({reasons}); "
-                             "promote --force skips the gate")
+        # What holds it, one line each: the checks that passed are not news here.
+        holding = [r for r in state.reasons if not r.startswith("pass")] or ["no reasons yet"]
+        raise CommandRefused(f"cutover {state.id}: {phases.gate_summary(state)}; promote "
+                             "--force skips the gate. Not passed yet:"
+                             + "".join(f"\n  - {reason}" for reason in holding))
     elif phase in (Phase.BACKING_UP, Phase.STARTING_NEW, Phase.WARMING):
         raise CommandRefused(f"cutover {state.id} is {phase.value}: the new backend is not "
                              "ready to take traffic yet")

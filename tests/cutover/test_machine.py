@@ -190,9 +190,18 @@ def test_manual_promote_and_force() -> None:
     shadowed = routes(OLD_URL, NEW_URL, version=2)
     s, a = advance(s, obs(routes=shadowed, gate=gate("inconclusive", 2, "2 < 50 samples")),
                    T0 + 1)
-    with pytest.raises(CommandRefused, match=r"inconclusive, 2/10 samples \(2 < 50 samples\);"
-                                             r" promote --force skips the gate"):
+    with pytest.raises(CommandRefused, match=r"inconclusive, 2/10 samples; promote --force "
+                                             r"skips the gate. Not passed yet:\n  - 2 < 50"):
         command(s, "promote")
+    # one line per check still holding it, none for those passed (it was one long line)
+    many = replace(s, reasons=("pass: match rate 1.000 " + "x" * 300,
+                               "inconclusive: TTFT p99 new/old 1.01 (bounds 0.8..1.3)",
+                               "pass: error rate " + "y" * 300))
+    with pytest.raises(CommandRefused) as refused:
+        command(many, "promote")
+    lines = str(refused.value).splitlines()
+    assert lines[1:] == ["  - inconclusive: TTFT p99 new/old 1.01 (bounds 0.8..1.3)"]
+    assert max(len(line) for line in lines) < 120
     forced = command(s, "force_promote")
     assert needs(forced) == {"routes", "new"}  # no gate to wait for before the switch
     s2, a = advance(forced, obs(routes=shadowed), T0 + 2)
