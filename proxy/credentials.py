@@ -73,3 +73,37 @@ def install_log_redaction() -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
+
+
+# A flag or environment variable whose name says it holds a secret (vLLM's --api-key, a
+# Hugging Face token, a password): its value is never shown where no token is asked for.
+_SECRET_NAME = re.compile(r"key|token|secret|password|passwd|credential", re.IGNORECASE)
+HIDDEN = "<hidden>"
+
+
+def secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
+
+def redact_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """`argv` with the value of every secret-named flag hidden (`--api-key X` and
+    `--api-key=X` alike) and URL credentials removed."""
+    out: list[str] = []
+    hide_next = False
+    for word in argv:
+        if hide_next:
+            out.append(HIDDEN)
+            hide_next = False
+        elif word.startswith("-") and "=" in word and secret_name(word.split("=", 1)[0]):
+            out.append(f"{word.split('=', 1)[0]}={HIDDEN}")
+        elif word.startswith("--") and secret_name(word):
+            out.append(word)
+            hide_next = True
+        else:
+            out.append(redact(word))
+    return out
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the value of every secret-named variable hidden."""
+    return {k: HIDDEN if secret_name(k) else redact(v) for k, v in env.items()}

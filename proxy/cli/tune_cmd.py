@@ -95,6 +95,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             help="phase, winner, and each candidate's state and reason")
     status.add_argument("--json", action="store_true", help="print the status JSON")
     status.add_argument("--watch", action="store_true", help="follow it until it ends")
+    report = sub.add_parser("report", parents=[common], epilog=EXIT_HELP,
+                            examples=[
+                                "vllm-cutover tune report",
+                                "vllm-cutover tune report --json --html tune.html",
+                            ],
+                            help="the outcome: each candidate ranked, the winner first, and "
+                                 "the winning command for the deploy file")
+    report.add_argument("--json", action="store_true", help="print the report as JSON")
+    report.add_argument("--html", metavar="FILE",
+                        help="also write it as one self-contained HTML page")
     sub.add_parser("abort", parents=[common], epilog=EXIT_HELP,
                    examples=["vllm-cutover tune abort"],
                    help="stop the race; old keeps serving")
@@ -205,6 +215,8 @@ def _run(args: argparse.Namespace) -> int:
 
                 sys.stdout.write(render_text(status))
             return Exit.OK if not args.watch or status["phase"] in (None, "done") else Exit.FAIL
+        if args.tune_command == "report":
+            return _report(client.status(), args.json, args.html)
         if args.tune_command == "start":
             status = client.start(start_request(args))
             print(f"tune {status['id']}: {status['phase']}, "
@@ -219,6 +231,24 @@ def _run(args: argparse.Namespace) -> int:
         return Exit.INTERRUPTED
     except (ValueError, AdminUnreachable, AdminError) as exc:
         return admin_failure(exc, "tune")
+
+
+def _report(status: dict[str, Any], as_json: bool, html_path: str | None) -> int:
+    from proxy.tune.report import TuneReport
+    from proxy.tune.report_render import render_html, render_text
+
+    report = TuneReport.from_status(status)
+    if html_path is not None:
+        try:
+            with open(html_path, "w", encoding="utf-8") as out:
+                out.write(render_html(report))
+        except OSError as exc:
+            raise ValueError(f"--html {html_path!r} cannot be written: {exc}") from None
+    if as_json:
+        print(json.dumps(report.as_json(), indent=1))
+    else:
+        sys.stdout.write(render_text(report))
+    return Exit.OK
 
 
 def _follow(client: TuneClient, interval_s: float) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from aiohttp import web
 
 from proxy.compare.gate import GateCriteria
 from proxy.compare.types import ExchangeRecord
-from proxy.credentials import without_credentials
+from proxy.credentials import redact_argv, redact_env, without_credentials
 from proxy.cutover.addressing import reaches
 from proxy.cutover.control import ProxyControl
 from proxy.cutover.driver import (
@@ -183,7 +183,7 @@ class TuneService:
                           "history": [], "spec": spec.to_json(), "containers": {}}
             if old_info is not None:
                 self.state.update(old_container=old_info.name, old_container_id=old_info.id,
-                                  parallel=spec.places)
+                                  old_command=list(old_info.command), parallel=spec.places)
                 self._containers = Lineup(self._cutover.driver, self.state["containers"],
                                           self._note, self._persist, launcher,
                                           GpuSlots(spec.new_gpus, spec.places))
@@ -271,6 +271,8 @@ class TuneService:
         if state is None:
             return {"phase": None, "winner": None, "candidates": [], "terminal": True}
         out = {k: v for k, v in state.items() if k != "spec"}
+        if out.get("old_command"):
+            out["old_command"] = redact_argv(out["old_command"])
         out["terminal"] = state["phase"] in TERMINAL
         if self.race is not None:
             out.update(self.race.as_json())
@@ -278,7 +280,10 @@ class TuneService:
         else:
             out.setdefault("candidates", state.get("candidates", []))
         made = state.get("containers") or {}
-        out["candidates"] = [{**c, **made.get(c["name"], {})} for c in out["candidates"]]
+        # Shown without a token: secret-named flags' and variables' values hidden.
+        asked = {c["name"]: _shown_args(c) for c in (state.get("spec") or {}).get("candidates", [])}
+        out["candidates"] = [{**c, **asked.get(c["name"], {}), **made.get(c["name"], {})}
+                             for c in out["candidates"]]
         if state.get("cutover_id"):
             cutover = self._cutover.status()
             out["cutover"] = {k: cutover.get(k) for k in ("id", "phase", "verdict", "reason")}
@@ -399,3 +404,13 @@ class TuneService:
 
 
 TUNE_KEY = web.AppKey("tune", TuneService)
+
+
+def _shown_args(candidate: dict[str, Any]) -> dict[str, Any]:
+    """A candidate's extra args and env as the open status shows them (secrets hidden)."""
+    shown: dict[str, Any] = {}
+    if "args" in candidate:
+        shown["args"] = redact_argv(candidate["args"])
+    if "env" in candidate:
+        shown["env"] = redact_env(candidate["env"])
+    return shown
