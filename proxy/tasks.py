@@ -18,10 +18,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def start_task(coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
-    """Start `coro` as task `name`; its failure is logged. The caller keeps the task."""
+def start_task(coro: Coroutine[Any, Any, T], name: str, *,
+               awaited: bool = False) -> asyncio.Task[T]:
+    """Start `coro` as task `name`; its failure is logged, unless `awaited` (the caller
+    awaits it and handles its failure itself). The caller keeps the task."""
     task = asyncio.get_running_loop().create_task(coro, name=name)
-    task.add_done_callback(_log_failure)
+    if not awaited:
+        task.add_done_callback(_log_failure)
     return task
 
 

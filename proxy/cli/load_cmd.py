@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 from proxy.exitcodes import Exit
+from proxy.tasks import start_task
 
 PROGRESS_EVERY_S = 10.0
 STREAMS = {"mixed": None, "always": True, "never": False}
@@ -132,7 +133,7 @@ async def _drive(args: argparse.Namespace, model: str) -> dict[str, Any]:
             print(f"load: {now['requests']} requests so far ({now['per_second']:g}/s), "
                   f"{now['failed']} failed", file=sys.stderr, flush=True)
 
-    ticker = loop.create_task(progress())
+    ticker = start_task(progress(), "load-progress")
     if args.duration is not None:
         loop.call_later(args.duration, stop.set)
     try:

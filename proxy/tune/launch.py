@@ -22,6 +22,7 @@ from proxy.cutover.addressing import reaches
 from proxy.cutover.driver import ContainerDriver, ContainerInfo, DriverError
 from proxy.cutover.ending import engine_lines
 from proxy.cutover.warmup import ProbeError, engine_identity, probe_ready
+from proxy.tasks import start_task
 from proxy.tune.containers import (
     LABEL_CANDIDATE,
     LABEL_TUNE,
@@ -80,8 +81,8 @@ class Launcher:
         plan = candidate_plan(self.image, name, self.tune_id, candidate,
                               self.old.info.command, extra, gpus)
         # Shielded: a cancelled wait must not leave a container that nobody knows of.
-        creating = asyncio.ensure_future(asyncio.to_thread(self._driver.create_like,
-                                                           self.old.info, plan))
+        creating = start_task(asyncio.to_thread(self._driver.create_like, self.old.info, plan),
+                              f"tune-create-{name}", awaited=True)
         self._creating.add(creating)
         creating.add_done_callback(self._creating.discard)
         try:
