@@ -10,11 +10,13 @@ import json
 import signal
 import sys
 import time
-from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.exitcodes import Exit
 from proxy.tasks import start_task
+
+if TYPE_CHECKING:
+    from proxy.demo.steady import SteadyResult
 
 PROGRESS_EVERY_S = 10.0
 STREAMS = {"mixed": None, "always": True, "never": False}
@@ -99,11 +101,12 @@ async def _first_model(url: str, wait_s: float) -> tuple[str | None, str]:
             await asyncio.sleep(0.5)
 
 
-def _summary(outcomes: list[Any], seconds: float) -> dict[str, Any]:
-    errors = Counter(o.error for o in outcomes if o.error)
-    return {"requests": len(outcomes), "failed": sum(errors.values()), "errors": dict(errors),
-            "streamed": sum(1 for o in outcomes if o.stream), "seconds": round(seconds, 3),
-            "per_second": round(len(outcomes) / seconds, 2) if seconds > 0 else 0.0}
+def _summary(result: SteadyResult, seconds: float) -> dict[str, Any]:
+    """The load's own summary (`SteadyResult.summary`) with its duration and rate."""
+    base = result.summary()
+    return {"requests": base["requests"], "failed": base["failed"], "errors": base["errors"],
+            "streamed": base["streams"], "seconds": round(seconds, 3),
+            "per_second": round(base["requests"] / seconds, 2) if seconds > 0 else 0.0}
 
 
 def _line(summary: dict[str, Any]) -> str:
@@ -129,7 +132,7 @@ async def _drive(args: argparse.Namespace, model: str) -> dict[str, Any]:
     async def progress() -> None:
         while True:
             await asyncio.sleep(PROGRESS_EVERY_S)
-            now = _summary(load.result.outcomes, time.monotonic() - started)
+            now = _summary(load.result, time.monotonic() - started)
             print(f"load: {now['requests']} requests so far ({now['per_second']:g}/s), "
                   f"{now['failed']} failed", file=sys.stderr, flush=True)
 
@@ -142,7 +145,7 @@ async def _drive(args: argparse.Namespace, model: str) -> dict[str, Any]:
         ticker.cancel()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-    return _summary(load.result.outcomes, time.monotonic() - started)
+    return _summary(load.result, time.monotonic() - started)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -91,13 +91,6 @@ class LogHistogram:
             self._n += 1
         self._keys = self._cumulative = None
 
-    def merged(self, other: LogHistogram) -> LogHistogram:
-        out = self.frozen()
-        for bucket, count in other.counts.items():
-            out.counts[bucket] = out.counts.get(bucket, 0) + count
-        out._n += other._n
-        return out
-
     def frozen(self) -> LogHistogram:
         return LogHistogram(dict(self.counts), self._n)
 

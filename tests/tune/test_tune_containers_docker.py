@@ -127,22 +127,31 @@ class _Watch:
         self._thread.join(10)
 
 
-def test_the_fast_clean_candidate_wins_two_at_a_time_and_report_only_removes_all(
-        docker_client: Any, stack: dict[str, Any]) -> None:
-    proxy: CutoverProxy = stack["proxy"]
+def _race(docker_client: Any, proxy: CutoverProxy, start: tuple[str, ...], timeout_s: float
+          ) -> tuple[dict[str, Any], Any, _Watch, str]:
+    """Under steady load: `tune start` with `start`, watched until it ends; the end
+    status, the load's result, the container watch and the tune's id."""
     with LoadThread(proxy.url, MODEL, clients=8) as load:
         wait_count(load, 20, 60)
-        started = _tune(proxy, "start", "--old", stack["old"].name, "--parallel", "2",
-                        "--candidate", f"diverging={DIVERGING}", "--candidate", f"slow={SLOW}",
-                        "--candidate", f"fast={FAST}", "--report-only")
+        started = _tune(proxy, "start", *start)
         assert started.returncode == 0, started.stderr
         tune_id = _status(proxy)["id"]
         watch = _Watch(docker_client, tune_id)
         try:
-            ended = _wait_tune(proxy, ("done", "failed", "aborted"), 150)
+            ended = _wait_tune(proxy, ("done", "failed", "aborted"), timeout_s)
         finally:
             watch.stop()
         result = load.stop()
+    return ended, result, watch, tune_id
+
+
+def test_the_fast_clean_candidate_wins_two_at_a_time_and_report_only_removes_all(
+        docker_client: Any, stack: dict[str, Any]) -> None:
+    proxy: CutoverProxy = stack["proxy"]
+    ended, result, watch, tune_id = _race(
+        docker_client, proxy,
+        ("--old", stack["old"].name, "--parallel", "2", "--candidate", f"diverging={DIVERGING}",
+         "--candidate", f"slow={SLOW}", "--candidate", f"fast={FAST}", "--report-only"), 150)
     states = {c["name"]: c for c in ended["candidates"]}
     assert ended["phase"] == "done" and ended["winner"] == "fast", _shown(ended)
     assert states["diverging"]["state"] in ("eliminated", "failed"), _shown(ended)
@@ -158,19 +167,10 @@ def test_parallel_one_runs_them_one_after_another_and_promotes_the_best(
     """fast passes first and makes way (a finalist); ok passes later, slower against old
     on the same traffic mix: fast wins, is made again, and is promoted."""
     proxy: CutoverProxy = stack["proxy"]
-    with LoadThread(proxy.url, MODEL, clients=8) as load:
-        wait_count(load, 20, 60)
-        started = _tune(proxy, "start", "--old", stack["old"].name, "--parallel", "1",
-                        "--candidate", f"fast={FAST}", "--candidate", f"diverging={DIVERGING}",
-                        "--candidate", f"ok={OK}", *PROMOTION)
-        assert started.returncode == 0, started.stderr
-        tune_id = _status(proxy)["id"]
-        watch = _Watch(docker_client, tune_id)
-        try:
-            ended = _wait_tune(proxy, ("done", "failed", "aborted"), 170)
-        finally:
-            watch.stop()
-        result = load.stop()
+    ended, result, watch, tune_id = _race(
+        docker_client, proxy,
+        ("--old", stack["old"].name, "--parallel", "1", "--candidate", f"fast={FAST}",
+         "--candidate", f"diverging={DIVERGING}", "--candidate", f"ok={OK}", *PROMOTION), 170)
     states = {c["name"]: c for c in ended["candidates"]}
     assert ended["phase"] == "done" and ended["winner"] == "fast", _shown(ended)
     assert states["diverging"]["state"] in ("eliminated", "failed"), _shown(ended)
