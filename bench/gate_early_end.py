@@ -117,7 +117,7 @@ def simulate(cell: Cell, rng: np.random.Generator, rate: float, timeout_s: float
             outcome = "promoted" if verdict.verdict == "pass" else "aborted"
             return replace(ended, without_rule=outcome) if ended else Run(outcome, at, n)
         if ended is None:
-            est = estimate(verdict.details["checks"], n / at, timeout_s - at, n)
+            est = estimate(verdict.checks, n / at, timeout_s - at, n)
             since = hopeless_since(since, est, at)
             if ends_early(since, at):
                 ended = Run("ended early", at, n)  # and on, to see what it would have done

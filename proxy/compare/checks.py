@@ -10,9 +10,9 @@ current rates would decide it. Bounds are confidence sequences for the live gate
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from proxy.compare.criteria import GateCriteria
 from proxy.compare.sequential import mean_bounds
@@ -23,16 +23,37 @@ MOST_SCALE = 64.0  # "more samples" is searched up to this many times the curren
 
 
 @dataclass(frozen=True)
+class Need:
+    """How far an inconclusive check is from deciding: its bound's distance past the limit
+    (`gap`) and about how many more samples would decide it (None: not within
+    MOST_SCALE x)."""
+
+    more_samples: int | None
+    gap: float | None = None
+    has_gap: bool = True  # False: a count short of a minimum, no bound to be past
+
+    def as_json(self) -> dict[str, object]:
+        head: dict[str, object] = {"gap": self.gap} if self.has_gap else {}
+        return {**head, "more_samples": self.more_samples}
+
+
+@dataclass(frozen=True)
 class Check:
-    """One check's outcome; `facts` is its structured form (bound, limit, more samples)."""
+    """One check's outcome: what the cutover reads (`status`, `need`) typed; `facts`, its
+    bounds and limits, only written out (the admin API, reports)."""
 
     name: str
     status: Status
     reason: str
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: Mapping[str, object] = field(default_factory=dict)
+    need: Need | None = None  # set on an inconclusive check that projects its need
 
-    def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "reason": self.reason, **self.facts}
+    def facts_json(self) -> dict[str, object]:
+        return {**self.facts, **(self.need.as_json() if self.need is not None else {})}
+
+    def as_json(self) -> dict[str, object]:
+        return {"name": self.name, "status": self.status, "reason": self.reason,
+                **self.facts_json()}
 
 
 def rate_bounds(successes: float, n: int, alpha: float, c: GateCriteria,
@@ -110,7 +131,7 @@ def match_rate(inputs: GateInputs, c: GateCriteria) -> Check:
     else:
         pass_at = fail_at = c.min_match_rate
         against = "absolute minimum"
-    facts: dict[str, Any] = {
+    facts: dict[str, object] = {
         "new_vs_old": {**asdict(new), "rate": new.match_rate, "interval": [low, high]},
         "baseline_vs_old": None if base is None else {
             **asdict(base), "rate": base.match_rate, "interval": [b_low, b_high]},
@@ -126,12 +147,12 @@ def match_rate(inputs: GateInputs, c: GateCriteria) -> Check:
                          f"comparisons, need {c.min_baseline_samples}", facts)
         return Check("match_rate", "pass", text + ": lower bound clears it", facts)
     more = more_samples(new.compared, lambda k: judge(k)[0] == "pass")
-    facts.update(gap=pass_at - low, more_samples=more)
+    need = Need(more, pass_at - low)
     unit = "prompts" if c.looks == "once" else "samples"
-    need = (f"; a pass needs {new.compared + more} or more {unit} at this rate"
-            if c.looks == "once" and more is not None else f"; {needs_text(more, unit)}")
+    needs = (f"; a pass needs {new.compared + more} or more {unit} at this rate"
+             if c.looks == "once" and more is not None else f"; {needs_text(more, unit)}")
     return Check("match_rate", "inconclusive",
-                 f"{text}: lower bound {pass_at - low:.3f} short{need}", facts)
+                 f"{text}: lower bound {pass_at - low:.3f} short{needs}", facts, need)
 
 
 def _against(low: float, high: float, pass_at: float, fail_below: float) -> Status:
@@ -146,7 +167,7 @@ def error_rate(inputs: GateInputs, c: GateCriteria) -> Check:
     e_new, e_old = min(e_new, n_new), min(e_old, n_old)
     excess = c.max_error_rate_excess
     pass_side, fail_side = c.pass_alpha() / 2, c.fail_alpha() / 2
-    facts: dict[str, Any] = {"new": {"requests": n_new, "errors": e_new},
+    facts: dict[str, object] = {"new": {"requests": n_new, "errors": e_new},
                              "old": {"requests": n_old, "errors": e_old}, "excess": excess}
     if n_new == 0:
         return Check("errors", "inconclusive", "no requests of the new version completed", facts)
@@ -175,9 +196,9 @@ def error_rate(inputs: GateInputs, c: GateCriteria) -> Check:
     if status != "inconclusive":
         return Check("errors", status, text, facts)
     more = more_samples(n_new, lambda k: judge(k)[0] == "pass")
-    facts.update(gap=high - o_low - excess, more_samples=more)
     return Check("errors", "inconclusive", f"{text}: upper bound {high - o_low - excess:.3f} "
-                 f"over; {needs_text(more, 'requests')}", facts)
+                 f"over; {needs_text(more, 'requests')}", facts,
+                 Need(more, high - o_low - excess))
 
 
 def length_shift(old: Sequence[float], new: Sequence[float],
@@ -206,13 +227,13 @@ def length_shift(old: Sequence[float], new: Sequence[float],
         return ("pass" if -shift <= low and high <= shift else "inconclusive"), low, high
 
     status, low, high = judge(1.0)
-    facts: dict[str, Any] = {"shift": total / n, "bounds": [low, high], "limit": shift,
+    facts: dict[str, object] = {"shift": total / n, "bounds": [low, high], "limit": shift,
                              "pairs": n}
     text = (f"output length shift {total / n:+.2f} (bounds {low:+.2f}..{high:+.2f}, "
             f"limit +-{shift:g}, {n} pairs)")
     if status != "inconclusive":
         return [Check("lengths", status, text, facts)]
     more = more_samples(n, lambda k: judge(k)[0] == "pass")
-    facts.update(gap=max(high - shift, -shift - low), more_samples=more)
-    return [Check("lengths", "inconclusive", f"{text}; {needs_text(more)}", facts)]
+    return [Check("lengths", "inconclusive", f"{text}; {needs_text(more)}", facts,
+                  Need(more, max(high - shift, -shift - low)))]
 

@@ -19,7 +19,8 @@ with probability at most 1 - confidence however often the gate is asked. Checks:
   (shedding under load) at best inconclusive: evidence from a sliver of the traffic is
   not a pass.
 An inconclusive check says how far its bound is and about how many more samples would
-decide it (`details["checks"]`).
+decide it (`Check.need`). The checks return what they found; `Verdict.details` writes
+it out as the admin API's JSON.
 """
 
 from __future__ import annotations
@@ -29,35 +30,86 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from proxy.compare.checks import Check, error_rate, length_shift, match_rate
+from proxy.compare.checks import Check, Need, error_rate, length_shift, match_rate
 from proxy.compare.criteria import RATIO_LIMITS, GateCriteria, RatioLimit
-from proxy.compare.latency_checks import latency_checks
+from proxy.compare.latency_checks import LatencyFacts, latency_checks
 from proxy.compare.stats import LatencySamples
 from proxy.compare.tally import AdmissionCounts, GateInputs, MatchCounts
 
-__all__ = ["RATIO_LIMITS", "AdmissionCounts", "GateCriteria", "GateInputs", "MatchCounts",
-           "RatioLimit", "Verdict", "analysis_body", "evaluate"]
+__all__ = ["RATIO_LIMITS", "AdmissionCounts", "Check", "CoverageFacts", "GateCriteria",
+           "GateFacts", "GateInputs", "MatchCounts", "Need", "RatioLimit", "Verdict",
+           "analysis_body", "evaluate"]
 
 VerdictName = Literal["pass", "fail", "inconclusive"]
 _SEVERITY: dict[VerdictName, int] = {"fail": 0, "inconclusive": 1, "pass": 2}
 
 
 @dataclass(frozen=True)
+class CoverageFacts:
+    """The admission counts the coverage check judged."""
+
+    admission: AdmissionCounts
+    compared: int
+    minimum: float
+
+    def as_json(self) -> dict[str, object]:
+        return {**self.admission.as_json(), "compared": self.compared,
+                "minimum": self.minimum}
+
+
+@dataclass(frozen=True)
+class GateFacts:
+    """What the checks found, by check: the criteria, match rate, errors, and where judged,
+    output lengths, latency and coverage."""
+
+    criteria: GateCriteria
+    match: Check
+    errors: Check
+    lengths: Check | None = None  # None: lengths not judged
+    latency: LatencyFacts | None = None  # None: no latency limit enabled
+    coverage: CoverageFacts | None = None  # None: admission not counted
+
+    def as_json(self, checks: Sequence[Check]) -> dict[str, Any]:
+        """`details` as the admin API writes it (keys in this order)."""
+        c = self.criteria
+        details: dict[str, Any] = {"criteria": asdict(c),
+                                   "alpha": {"pass_per_check": round(c.pass_alpha(), 12),
+                                             "fail_per_check": round(c.fail_alpha(), 12)},
+                                   "match": self.match.facts_json() or None}
+        if self.lengths is not None:
+            details["lengths"] = self.lengths.facts_json()
+        details["errors"] = self.errors.facts_json()
+        if self.latency is not None:
+            details["latency"] = self.latency.as_json()
+        if self.coverage is not None:
+            details["coverage"] = self.coverage.as_json()
+        details["checks"] = [check.as_json() for check in checks]
+        return details
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """The gate's answer; `reasons` lists every check, most severe first."""
+    """The gate's answer; `checks` (and `reasons`, one line each) most severe first."""
 
     verdict: VerdictName
     reasons: list[str]
     samples: int
-    details: dict[str, Any]
+    checks: tuple[Check, ...]
+    facts: GateFacts
 
     @property
     def http_status(self) -> int:
         """200 on pass, 409 otherwise: what the admin gate endpoint answers."""
         return 200 if self.verdict == "pass" else 409
 
+    @property
+    def details(self) -> dict[str, Any]:
+        """The facts as JSON (the wire form: the admin API, reports)."""
+        return self.facts.as_json(self.checks)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"verdict": self.verdict, "reasons": list(self.reasons),
+                "samples": self.samples, "details": self.details}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
@@ -72,32 +124,29 @@ def analysis_body(result: dict[str, Any]) -> dict[str, Any]:
 def evaluate(inputs: GateInputs, criteria: GateCriteria | None = None) -> Verdict:
     """Judge whether the shadow (new) may be promoted over the primary (old)."""
     criteria = criteria or GateCriteria()
-    details: dict[str, Any] = {"criteria": asdict(criteria),
-                               "alpha": {"pass_per_check": round(criteria.pass_alpha(), 12),
-                                         "fail_per_check": round(criteria.fail_alpha(), 12)}}
     old, new = _lengths(inputs)
     matched = match_rate(inputs, criteria)
-    details["match"] = matched.facts or None
     lengths = length_shift(old, new, criteria)
-    if lengths:
-        details["lengths"] = lengths[0].facts
     errors = error_rate(inputs, criteria)
-    details["errors"] = errors.facts
+    latency = latency_checks(inputs, criteria)
+    coverage = _check_coverage(inputs, criteria)
     checks = [
         _check_samples(inputs, criteria),
         matched,
-        *latency_checks(inputs, criteria, details),
+        *(latency.checks if latency is not None else ()),
         *lengths,
         errors,
-        *_check_coverage(inputs, criteria, details),
+        *((coverage[0],) if coverage is not None else ()),
     ]
     checks.sort(key=lambda c: _SEVERITY[c.status])
-    details["checks"] = [c.as_json() for c in checks]
+    facts = GateFacts(criteria, matched, errors, lengths[0] if lengths else None, latency,
+                      coverage[1] if coverage is not None else None)
     return Verdict(
         verdict=checks[0].status,
         reasons=[f"{c.status}: {c.reason}" for c in checks],
         samples=inputs.new_vs_old.compared,
-        details=details,
+        checks=tuple(checks),
+        facts=facts,
     )
 
 
@@ -118,19 +167,18 @@ def _check_samples(inputs: GateInputs, c: GateCriteria) -> Check:
     if n < c.min_samples:
         return Check("samples", "inconclusive",
                      f"{n} deterministic requests compared, need {c.min_samples}",
-                     {"more_samples": c.min_samples - n})
+                     need=Need(c.min_samples - n, has_gap=False))
     return Check("samples", "pass", f"{n} deterministic requests compared "
                  f"(minimum {c.min_samples})")
 
 
-def _check_coverage(inputs: GateInputs, c: GateCriteria,
-                    details: dict[str, Any]) -> list[Check]:
+def _check_coverage(inputs: GateInputs,
+                    c: GateCriteria) -> tuple[Check, CoverageFacts] | None:
     admission = inputs.admission
     if admission is None or admission.coverage is None:
-        return []  # nothing counted: records from elsewhere, or no request sampled yet
+        return None  # nothing counted: records from elsewhere, or no request sampled yet
     coverage = admission.coverage
-    details["coverage"] = {**admission.as_json(), "compared": inputs.new_vs_old.compared,
-                           "minimum": c.min_coverage}
+    facts = CoverageFacts(admission, inputs.new_vs_old.compared, c.min_coverage)
     mirrorable = admission.eligible - admission.unmirrorable
     kind = "mirrorable sampled" if admission.unmirrorable else "sampled"
     text = (f"{admission.mirrored} of {mirrorable} {kind} requests mirrored "
@@ -143,4 +191,4 @@ def _check_coverage(inputs: GateInputs, c: GateCriteria,
         text += (f"; {load_shed} shed ({1 - coverage:.1%}): "
                  f"{admission.shed_text()}")
     status: VerdictName = "inconclusive" if coverage < c.min_coverage else "pass"
-    return [Check("coverage", status, text)]
+    return Check("coverage", status, text), facts

@@ -27,14 +27,14 @@ other family has evidence; with none at all the latency is inconclusive.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 
-from proxy.compare.checks import MOST_SCALE, Check, Status, more_samples, needs_text
+from proxy.compare.checks import MOST_SCALE, Check, Need, Status, more_samples, needs_text
 from proxy.compare.criteria import GateCriteria, RatioLimit
 from proxy.compare.sequential import mean_bounds, quantile_ranks
 from proxy.compare.sketch import Ranked, SortedSample
-from proxy.compare.stats import LatencySamples
+from proxy.compare.stats import LatencySamples, LatencySummary
 from proxy.compare.tally import GateInputs, Pairs
 
 MOST_PROJECTED = 250_000
@@ -55,24 +55,44 @@ def _ranked(inputs: GateInputs, role: str, metric: str) -> Ranked:
     return SortedSample.of(_role(inputs, role).metric(metric))
 
 
-def latency_checks(inputs: GateInputs, c: GateCriteria,
-                   details: dict[str, Any]) -> list[Check]:
+@dataclass(frozen=True)
+class LatencyFacts:
+    """What the latency checks saw: each side's summaries, which role stood for old per
+    metric, the families of traffic judged, and each check by criteria field."""
+
+    old: Mapping[str, LatencySummary]
+    new: Mapping[str, LatencySummary]
+    reference: Mapping[str, str]  # metric -> "baseline" or "primary"
+    families_judged: tuple[str, ...]
+    checks: tuple[Check, ...] = ()  # one per ratio limit judged (none: no samples)
+    ratios: Mapping[str, Check] = field(default_factory=dict)  # criteria field -> its check
+
+    def as_json(self) -> dict[str, object]:
+        return {"old": _summaries(self.old), "new": _summaries(self.new),
+                "reference": dict(self.reference),
+                "families_judged": list(self.families_judged),
+                "ratios": {name: check.facts_json() for name, check in self.ratios.items()}}
+
+
+def latency_checks(inputs: GateInputs, c: GateCriteria) -> LatencyFacts | None:
+    """The latency checks and what they saw; None when no latency limit is enabled."""
     limits = c.enabled_limits()
     if not limits:
-        return []
+        return None
     new = inputs.latency.get("shadow", LatencySamples())
     samples = {e.metric: (_ranked(inputs, reference_role(inputs, e.metric), e.metric),
                           _ranked(inputs, "shadow", e.metric)) for e, _ in limits}
     evidence = {e.family for e, _ in limits
                 if len(samples[e.metric][0]) > 0 or len(samples[e.metric][1]) > 0}
-    details["latency"] = {"old": _summaries(_role(inputs, "primary")),
-                          "new": _summaries(new),
-                          "reference": {e.metric: reference_role(inputs, e.metric)
-                                        for e, _ in limits},
-                          "families_judged": sorted(evidence), "ratios": {}}
+    seen = LatencyFacts(old=_role(inputs, "primary").summaries(), new=new.summaries(),
+                        reference={e.metric: reference_role(inputs, e.metric)
+                                   for e, _ in limits},
+                        families_judged=tuple(sorted(evidence)))
     if not evidence:
-        return [Check("latency", "inconclusive", "no latency samples yet (streamed or not)")]
-    checks = []
+        return replace(seen, checks=(Check("latency", "inconclusive",
+                                           "no latency samples yet (streamed or not)"),))
+    checks: list[Check] = []
+    ratios: dict[str, Check] = {}
     for entry, limit in limits:
         if entry.family not in evidence:
             continue  # this traffic has none of that kind: not applicable
@@ -86,13 +106,13 @@ def latency_checks(inputs: GateInputs, c: GateCriteria,
             check = _paired_check(entry, limit, pairs, c)
         else:
             check = _ratio_check(entry, limit, old, fresh, c)
-        details["latency"]["ratios"][entry.field] = check.facts
+        ratios[entry.field] = check
         checks.append(check)
-    return checks
+    return replace(seen, checks=tuple(checks), ratios=ratios)
 
 
-def _summaries(samples: LatencySamples) -> dict[str, Any]:
-    return {name: asdict(summary) for name, summary in samples.summaries().items()}
+def _summaries(summaries: Mapping[str, LatencySummary]) -> dict[str, object]:
+    return {name: asdict(summary) for name, summary in summaries.items()}
 
 
 def _role(inputs: GateInputs, role: str) -> LatencySamples:
@@ -150,7 +170,7 @@ def _ratio_check(entry: RatioLimit, limit: float, old: Ranked, new: Ranked,
 
     status, (o_low, o_high), (n_low, n_high) = judge(1.0)
     point = _ratio(_point(new, entry.quantile), _point(old, entry.quantile))
-    facts: dict[str, Any] = {"limit": limit, "floor_s": floor, "ratio": point,
+    facts: dict[str, object] = {"limit": limit, "floor_s": floor, "ratio": point,
                              "old": [o_low, o_high], "new": [n_low, n_high],
                              "old_n": len(old), "new_n": len(new), "basis": "unpaired"}
     upper = _ratio(n_high, o_low)
@@ -165,10 +185,10 @@ def _ratio_check(entry: RatioLimit, limit: float, old: Ranked, new: Ranked,
                         most=max(1.0, min(MOST_SCALE, MOST_PROJECTED / max(len(old), len(new)))))
     gap = None if upper is None else upper - max(limit, (o_low + floor) / o_low if o_low else
                                                  limit)
-    facts.update(gap=gap, more_samples=more)
     how_far = ("upper bound not yet defined" if upper is None
                else f"upper bound {gap:.3f} over")
-    return Check(entry.field, "inconclusive", f"{text}: {how_far}; {needs_text(more)}", facts)
+    return Check(entry.field, "inconclusive", f"{text}: {how_far}; {needs_text(more)}", facts,
+                 Need(more, gap))
 
 
 def _paired_check(entry: RatioLimit, limit: float, pairs: Pairs, c: GateCriteria) -> Check:
@@ -194,7 +214,7 @@ def _paired_check(entry: RatioLimit, limit: float, pairs: Pairs, c: GateCriteria
         return ("pass" if high < 0.5 else "inconclusive"), low, high
 
     status, low, high = judge(1.0)
-    facts: dict[str, Any] = {"limit": limit, "floor_s": floor, "ratio": median,
+    facts: dict[str, object] = {"limit": limit, "floor_s": floor, "ratio": median,
                              "pairs": n, "slower": slower, "share_slower": slower / n,
                              "share_bounds": [low, high], "basis": pairs.basis,
                              "old_n": n, "new_n": n}
@@ -207,9 +227,9 @@ def _paired_check(entry: RatioLimit, limit: float, pairs: Pairs, c: GateCriteria
     if status == "pass":
         return Check(entry.field, "pass", f"{text}: the median request is within", facts)
     more = more_samples(n, lambda k: judge(k)[0] == "pass")
-    facts.update(gap=high - 0.5, more_samples=more)
     return Check(entry.field, "inconclusive",
-                 f"{text}: upper bound {high - 0.5:.3f} over 1/2; {needs_text(more)}", facts)
+                 f"{text}: upper bound {high - 0.5:.3f} over 1/2; {needs_text(more)}", facts,
+                 Need(more, high - 0.5))
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:

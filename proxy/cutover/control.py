@@ -7,9 +7,10 @@ implementation (`proxy.mirror.control`) acts on its own router and evidence.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Literal, Protocol
 
+from proxy.compare.checks import Check
 from proxy.credentials import without_credentials
 
 
@@ -65,11 +66,14 @@ class EvidenceWindow:
 
 @dataclass(frozen=True)
 class GateView:
+    """The gate as the cutover reads it: the verdict, its reasons and its checks (most
+    severe first; each inconclusive one says what it needs, `Check.need`)."""
+
     verdict: Literal["pass", "fail", "inconclusive"]
     reasons: tuple[str, ...] = ()
     samples: int = 0  # new-vs-old comparisons counted
     min_samples: int = 0
-    details: Mapping[str, object] = field(default_factory=dict)
+    checks: tuple[Check, ...] = ()
 
 
 class ProxyControl(Protocol):

@@ -1,17 +1,17 @@
 """When the gate will decide: the binding check and the time left at the current traffic.
 
-Pure: takes the verdict's checks (`details["checks"]`, each inconclusive one carrying
-`more_samples`), the request rate seen so far and the analysis time left; returns one
+Pure: takes the verdict's checks (each inconclusive one carrying its `Check.need`, the
+samples it would take), the request rate seen so far and the analysis time left; returns one
 typed estimate and the line `cutover status` shows.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from proxy.compare.checks import MOST_SCALE
+from proxy.compare.checks import MOST_SCALE, Check
 from proxy.compare.criteria import RATIO_LIMITS
 
 # Check names as an operator reads them (the latency checks are named by criteria field).
@@ -77,24 +77,28 @@ class Estimate:
         return text + (": more than the analysis timeout left" if self.too_slow else "")
 
 
-def estimate(checks: list[dict[str, Any]], rate_per_s: float,
+def _more(check: Check) -> int | None:
+    return check.need.more_samples if check.need is not None else None
+
+
+def estimate(checks: Sequence[Check], rate_per_s: float,
              timeout_left_s: float | None, samples: int = 0) -> Estimate:
     """The binding check is the inconclusive one needing the most samples (an undecidable
     one binds before any finite need); `samples` (the requests compared) says which
     checks' projections are trusted enough to call the gate hopeless."""
-    waiting = [c for c in checks if c.get("status") == "inconclusive"]
+    waiting = [c for c in checks if c.status == "inconclusive"]
     if not waiting:
         return Estimate(None, None, rate_per_s, None, False)
     # A check without an estimate (no samples of its kind yet) cannot be ranked: the
     # binding one is among those with one, else the first waiting.
-    ranked = [c for c in waiting if "more_samples" in c] or waiting[:1]
-    binding = max(ranked, key=lambda c: math.inf if c.get("more_samples") is None
-                  else float(c["more_samples"]))
+    ranked = [c for c in waiting if c.need is not None] or waiting[:1]
+    binding = max(ranked, key=lambda c: math.inf if (more := _more(c)) is None
+                  else float(more))
     name = _label(binding)
     reason = _hopeless(ranked, rate_per_s, timeout_left_s, samples)
-    more = binding.get("more_samples")
+    more = _more(binding)
     if more is None:  # with no request compared yet, nothing is known to be undecidable
-        return Estimate(name, None, rate_per_s, None, "more_samples" in binding and samples > 0,
+        return Estimate(name, None, rate_per_s, None, binding.need is not None and samples > 0,
                         reason)
     seconds = more / rate_per_s if rate_per_s > 0 else None
     too_slow = (seconds is not None and timeout_left_s is not None
@@ -102,23 +106,23 @@ def estimate(checks: list[dict[str, Any]], rate_per_s: float,
     return Estimate(name, int(more), rate_per_s, seconds, too_slow, reason)
 
 
-def _label(check: dict[str, Any]) -> str:
-    return _LABELS.get(str(check.get("name")), str(check.get("name")))
+def _label(check: Check) -> str:
+    return _LABELS.get(check.name, check.name)
 
 
-def _hopeless(ranked: list[dict[str, Any]], rate: float, left: float | None,
+def _hopeless(ranked: list[Check], rate: float, left: float | None,
               samples: int) -> str | None:
     """The first check that cannot decide before the timeout, on evidence enough."""
     if rate <= 0 or left is None:
         return None  # no traffic yet, or no deadline: nothing to project
     for check in ranked:
-        if "more_samples" not in check or samples < evidence_floor(str(check.get("name"))):
+        if check.need is None or samples < evidence_floor(check.name):
             continue
-        more = check["more_samples"]
+        more = check.need.more_samples
         if more is None:
             return (f"{_label(check)} is not decidable within {MOST_SCALE:g}x the "
                     f"{samples} samples at the current rates")
-        if str(check.get("name")) in _QUANTILES:
+        if check.name in _QUANTILES:
             continue  # latency is judged on a window of the newest requests: not in time
         if more / rate > HOPELESS_FACTOR * left and more >= samples:
             return (f"{_label(check)} needs about {int(more)} more samples, "

@@ -177,13 +177,12 @@ def warming(state: CutoverState, obs: Observation, now: float) -> Step:
 def _estimate(state: CutoverState, gate: GateView, now: float) -> Estimate | None:
     """The binding check and about how long it needs at the rate seen since the evidence
     began (None once decided)."""
-    checks = gate.details.get("checks")
-    if gate.verdict != "inconclusive" or not isinstance(checks, list):
+    if gate.verdict != "inconclusive" or not gate.checks:
         return None
     since = state.analysis_since_unix
     rate = rate_per_s(0, since, gate.samples, now) if since is not None else 0.0
     left = state.deadline_unix - now if state.deadline_unix is not None else None
-    return estimate(checks, rate, left, gate.samples)
+    return estimate(gate.checks, rate, left, gate.samples)
 
 
 def _hopeless(state: CutoverState, est: Estimate | None, now: float) -> Step | None:

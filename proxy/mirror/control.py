@@ -85,8 +85,6 @@ class MirrorControl:
             log.warning("cutover gate not evaluated: %s", exc)
             return GateView("inconclusive", (f"inconclusive: evidence unavailable: {exc}",),
                             min_samples=self._criteria.min_samples)
-        details = {k: v for k, v in result.items()
-                   if k not in ("verdict", "reasons", "samples", "details")}
-        details.update(result["details"])  # match, latency, errors, criteria
-        return GateView(result["verdict"], tuple(result["reasons"]), result["samples"],
-                        self._criteria.min_samples, details)
+        verdict = result.verdict
+        return GateView(verdict.verdict, tuple(verdict.reasons), verdict.samples,
+                        self._criteria.min_samples, verdict.checks)

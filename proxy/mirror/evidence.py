@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from proxy.compare.gate import GateCriteria
 from proxy.cutover.control import EvidenceWindow
 from proxy.metrics import ProxyMetrics, merge_expositions
-from proxy.mirror.verdict import current_verdict, evaluate_window
+from proxy.mirror.verdict import GateResult, current_verdict, judge_window
 from proxy.mirror.worker.link import WorkerLink, WorkerUnavailable
 from proxy.mirror.worker.messages import (
     AggregatesQuery,
@@ -27,10 +27,10 @@ from proxy.store import RecordStore, SqliteStore, records_page
 
 
 class Evidence(Protocol):
-    async def gate(self) -> dict[str, Any]: ...
+    async def gate(self) -> GateResult: ...
 
-    async def window_gate(self, window: EvidenceWindow) -> dict[str, Any]:
-        """The verdict over one cutover's evidence (`verdict.evaluate_window`)."""
+    async def window_gate(self, window: EvidenceWindow) -> GateResult:
+        """The verdict over one cutover's evidence (`verdict.judge_window`)."""
 
     async def aggregates(self) -> dict[str, Any]: ...
 
@@ -49,12 +49,12 @@ class LocalEvidence:
         self._metrics = metrics
         self._flush = flush
 
-    async def gate(self) -> dict[str, Any]:
+    async def gate(self) -> GateResult:
         self._flush()
         return await current_verdict(self.store, self.criteria, self._metrics)
 
-    async def window_gate(self, window: EvidenceWindow) -> dict[str, Any]:
-        return await self.store.call(evaluate_window, self.criteria, window)
+    async def window_gate(self, window: EvidenceWindow) -> GateResult:
+        return await self.store.call(judge_window, self.criteria, window)
 
     async def aggregates(self) -> dict[str, Any]:
         self._flush()
@@ -77,28 +77,24 @@ class WorkerEvidence:
         self._metrics = metrics
         self._flush = flush
 
-    async def gate(self) -> dict[str, Any]:
+    async def gate(self) -> GateResult:
         self._flush()  # the channel is ordered: the worker stores the counts first
-        result: dict[str, Any] = await self.link.call(GateQuery())
-        return result
+        return await self.link.ask(GateQuery(), GateResult)
 
-    async def window_gate(self, window: EvidenceWindow) -> dict[str, Any]:
-        result: dict[str, Any] = await self.link.call(WindowGateQuery(window))
-        return result
+    async def window_gate(self, window: EvidenceWindow) -> GateResult:
+        return await self.link.ask(WindowGateQuery(window), GateResult)
 
     async def aggregates(self) -> dict[str, Any]:
         self._flush()
-        result: dict[str, Any] = await self.link.call(AggregatesQuery())
-        return result
+        return await self.link.ask(AggregatesQuery(), dict)
 
     async def records(self, after_id: int, limit: int) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self.link.call(RecordsQuery(after_id, limit))
-        return result
+        return await self.link.ask(RecordsQuery(after_id, limit), list)
 
     async def metrics(self) -> bytes:
         own = self._metrics.render()
         try:
-            worker: bytes = await self.link.call(MetricsQuery(), timeout_s=10.0)
+            worker = await self.link.ask(MetricsQuery(), bytes, timeout_s=10.0)
         except WorkerUnavailable:  # scrapes go on; the worker's series come back with it
             return own
         return merge_expositions(own, worker)

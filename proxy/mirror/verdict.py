@@ -2,18 +2,21 @@
 
 Evaluation runs on the store's thread (aggregating rows and ranking latency
 samples take milliseconds to a second on a full store); the admin endpoint
-calls it on demand and a background loop refreshes the verdict gauge.
+calls it on demand and a background loop refreshes the verdict gauge. The answer is a
+typed `GateResult` all the way to the cutover (across the capture worker's channel too);
+`GateResult.as_json` writes the admin API's JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from proxy.aggregates import VERSION_ROLES
-from proxy.compare.gate import GateCriteria, evaluate
+from proxy.aggregates import VERSION_ROLES, PairCounts, RoleCounts
+from proxy.compare.gate import GateCriteria, Verdict, evaluate
 from proxy.cutover.control import EvidenceWindow
 from proxy.metrics import ProxyMetrics
 from proxy.store import RecordStore, SqliteStore, StoreAggregates
@@ -21,39 +24,71 @@ from proxy.store import RecordStore, SqliteStore, StoreAggregates
 log = logging.getLogger(__name__)
 
 
-def _evaluate(store: SqliteStore, criteria: GateCriteria) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WindowFacts:
+    """One cutover's evidence: its window, the records in it, each version's outcomes."""
+
+    window: EvidenceWindow
+    records: int
+    versions: Mapping[str, RoleCounts]  # "old" / "new" (`VERSION_ROLES`) -> its counts
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The gate over the store: the verdict, the comparisons it counted (new against old,
+    and the baseline's), and over a cutover's window, that window's facts."""
+
+    verdict: Verdict
+    shadow: PairCounts
+    baseline: PairCounts | None  # None: no baseline comparison recorded
+    window: WindowFacts | None = None  # None: over every record kept
+
+    def as_json(self) -> dict[str, Any]:
+        """What the admin API answers (keys in this order)."""
+        base = self.baseline
+        result = {**self.verdict.to_dict(),
+                  "baseline": None if base is None else {"compared": base.compared,
+                                                         "diverged": base.diverged},
+                  "compared": self.shadow.compared, "diverged": self.shadow.diverged}
+        if self.window is not None:
+            result |= {"window": asdict(self.window.window), "records": self.window.records,
+                       "versions": {version: asdict(counts)
+                                    for version, counts in self.window.versions.items()}}
+        return result
+
+
+def _evaluate(store: SqliteStore, criteria: GateCriteria) -> GateResult:
     return _judge(store.aggregates(), criteria)
+
+
+def judge_window(store: SqliteStore, criteria: GateCriteria,
+                 window: EvidenceWindow) -> GateResult:
+    """The verdict over one cutover's evidence only, with its counts labelled by version
+    (old/new), whichever of them is primary now."""
+    aggregates = store.aggregates(window=window)
+    versions = {version: aggregates.roles[role]
+                for version, role in VERSION_ROLES.items() if role in aggregates.roles}
+    return _judge(aggregates, criteria, WindowFacts(window, aggregates.records, versions))
 
 
 def evaluate_window(store: SqliteStore, criteria: GateCriteria,
                     window: EvidenceWindow) -> dict[str, Any]:
-    """The verdict over one cutover's evidence only, with its counts labelled by version
-    (old/new), whichever of them is primary now."""
-    aggregates = store.aggregates(window=window)
-    result = _judge(aggregates, criteria)
-    result["window"] = asdict(window)
-    result["records"] = aggregates.records
-    result["versions"] = {version: asdict(aggregates.roles[role])
-                          for version, role in VERSION_ROLES.items() if role in aggregates.roles}
-    return result
+    """`judge_window` as the admin API writes it."""
+    return judge_window(store, criteria, window).as_json()
 
 
-def _judge(aggregates: StoreAggregates, criteria: GateCriteria) -> dict[str, Any]:
-    result = evaluate(aggregates.gate_inputs(), criteria).to_dict()
-    result["baseline"] = (
-        {"compared": aggregates.baseline.compared, "diverged": aggregates.baseline.diverged}
-        if aggregates.baseline is not None else None)
-    result["compared"] = aggregates.shadow.compared
-    result["diverged"] = aggregates.shadow.diverged
-    return result
+def _judge(aggregates: StoreAggregates, criteria: GateCriteria,
+           window: WindowFacts | None = None) -> GateResult:
+    return GateResult(evaluate(aggregates.gate_inputs(), criteria), aggregates.shadow,
+                      aggregates.baseline, window)
 
 
 async def current_verdict(store: RecordStore, criteria: GateCriteria,
-                          metrics: ProxyMetrics) -> dict[str, Any]:
-    """{"verdict", "reasons", "samples", "details", "compared", "diverged", "baseline"}."""
+                          metrics: ProxyMetrics) -> GateResult:
+    """The verdict over every record kept; sets the verdict gauge."""
     result = await store.call(_evaluate, criteria)
-    checks = result.get("details", {}).get("checks", ())
-    metrics.set_verdict(result["verdict"], checks if isinstance(checks, list) else ())
+    verdict = result.verdict
+    metrics.set_verdict(verdict.verdict, [check.as_json() for check in verdict.checks])
     return result
 
 

@@ -92,7 +92,7 @@ class Lane:
                 "median_answer_s": mine, "old_median_answer_s": old,
                 "median_ratio": mine / old if mine is not None and old else None,
                 "paired_ratio": self.paired_ratio(),
-                "gate_checks": verdict.details.get("checks", []) if verdict else []}
+                "gate_checks": [c.as_json() for c in verdict.checks] if verdict else []}
 
 
 def _divergence_by_field(records: list[ExchangeRecord]) -> dict[str, int]:
@@ -233,8 +233,7 @@ class Race:
         verdict = evaluate(GateInputs.from_records(lane.records), self.gate_criteria)
         lane.verdict = verdict
         if verdict.verdict == "fail":
-            failing = [c for c in verdict.details.get("checks", []) if c.get("status") == "fail"]
-            crashed = any(c.get("name") == "errors" for c in failing)
+            crashed = any(c.name == "errors" and c.status == "fail" for c in verdict.checks)
             lane.stop("failed" if crashed else "eliminated", f"gate: {verdict.reasons[0]}")
             return f"{lane.name} {lane.state}: {lane.reason}"
         if verdict.verdict == "pass" and lane.state == "racing":

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+from proxy.compare.checks import Check, Need, Status
 from proxy.cutover.eta import ends_early, estimate, evidence_floor, hopeless_since, rate_per_s
 
 
-def _check(name: str, status: str = "inconclusive", more: int | None = 0) -> dict[str, object]:
-    return {"name": name, "status": status, "reason": "", "more_samples": more}
+def _check(name: str, status: Status = "inconclusive", more: int | None = 0) -> Check:
+    return Check(name, status, "", need=Need(more))
 
 
 def test_binding_check_is_the_one_needing_most_samples() -> None:
@@ -47,8 +48,8 @@ def test_rate_per_s() -> None:
     assert rate_per_s(100, 10.0, 120, 10.0) == 0.0
 
 
-def _named(field: str, more: int | None) -> dict[str, object]:
-    return {"name": field, "status": "inconclusive", "reason": "", "more_samples": more}
+def _named(field: str, more: int | None) -> Check:
+    return Check(field, "inconclusive", "", need=Need(more))
 
 
 def test_evidence_floor_is_two_thousand_and_fifty_beyond_a_tail_quantile() -> None:

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from proxy.compare.checks import Check, Need
 from proxy.cutover.control import GateView
 from proxy.cutover.driver import LABEL_CUTOVER, LABEL_ROLE
 from proxy.cutover.machine import CommandRefused, CutoverRunning, advance, begin, command, needs
@@ -309,10 +310,10 @@ def test_shadowing_says_which_check_it_waits_for_and_how_long() -> None:
     """The binding check and the time it needs at the rate seen since the evidence began;
     from the first look on, it says when that is beyond the analysis time left."""
     s = state_in(Phase.SHADOWING, analysis_since_unix=T0, deadline_unix=T0 + 1800)
-    checks = [{"name": "max_ttft_p99_ratio", "status": "inconclusive", "more_samples": 1440},
-              {"name": "match_rate", "status": "pass"},
-              {"name": "max_ttft_p50_ratio", "status": "inconclusive", "more_samples": 12}]
-    look = GateView("inconclusive", (), 240, 50, {"checks": checks})
+    checks = (Check("max_ttft_p99_ratio", "inconclusive", "", need=Need(1440)),
+              Check("match_rate", "pass", ""),
+              Check("max_ttft_p50_ratio", "inconclusive", "", need=Need(12)))
+    look = GateView("inconclusive", (), 240, 50, checks)
     s, _ = advance(s, obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=look), T0 + 60)
     assert s.waiting_for == "waiting for TTFT p99: about 6 min at 4.0 req/s"
     assert s.decision_in_s == 1440 / 4.0  # the estimate in seconds, for /metrics
@@ -323,7 +324,7 @@ def test_shadowing_says_which_check_it_waits_for_and_how_long() -> None:
     assert s.phase is Phase.SHADOWING
     assert s.waiting_for is not None and s.waiting_for.endswith(
         "more than the analysis timeout left")
-    decided = GateView("pass", (), 300, 50, {"checks": [{"name": "x", "status": "pass"}]})
+    decided = GateView("pass", (), 300, 50, (Check("x", "pass", ""),))
     s, _ = advance(replace(s, spec=replace(s.spec, auto_promote=False)),
                    obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=decided), T0 + 70)
     assert s.waiting_for is None and s.decision_in_s is None
@@ -334,8 +335,8 @@ def _waits(at: float, more: int | None, rate: float = 100.0,
     """Shadowing at `rate` requests/s since T0, the gate waiting on `check` for `more`
     samples (None: not decidable within 64x)."""
     samples = int((at - T0) * rate)
-    gate = GateView("inconclusive", (), samples, samples, {"checks": [
-        {"name": check, "status": "inconclusive", "more_samples": more}]})
+    gate = GateView("inconclusive", (), samples, samples,
+                    (Check(check, "inconclusive", "", need=Need(more)),))
     return obs(routes=routes(OLD_URL, NEW_URL), new=container(), gate=gate)
 
 

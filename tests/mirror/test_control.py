@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from proxy.compare.gate import GateCriteria
 from proxy.cutover.control import EvidenceWindow, ProxyControl, RouteConflict, RoutesView
 from proxy.metrics import ProxyMetrics
-from proxy.mirror.app import CONTROL_KEY, MIRROR_KEY
+from proxy.mirror.app import CONTROL_KEY, EVIDENCE_KEY, MIRROR_KEY
 from proxy.mirror.config import RouteConfig
 from proxy.mirror.control import MirrorControl
 from proxy.mirror.upstream.routing import Router, make_pool_factory
@@ -81,10 +81,15 @@ async def test_gate_judges_the_window_new_against_old(backend, proxy, make_confi
     await _send(client, 3)
     view = await _gate_when(control, window, 6)
     assert view.samples == 6 and view.min_samples == 6
-    assert view.details["versions"]["old"]["requests"] == 6
-    assert view.details["versions"]["new"]["requests"] == 6
-    latency = view.details["latency"]
-    assert latency["new"]["ttft"]["n"] == 6 and latency["new"]["ttft"]["p50_s"] >= 0.2
+    assert view.checks and view.checks[0].status == view.verdict  # most severe first
+    judged = await client.app[EVIDENCE_KEY].window_gate(window)  # what the view came from
+    assert judged.window is not None
+    assert judged.window.versions["old"].requests == 6
+    assert judged.window.versions["new"].requests == 6
+    latency = judged.verdict.facts.latency
+    assert latency is not None
+    ttft = latency.new["ttft"]
+    assert ttft.n == 6 and ttft.p50_s is not None and ttft.p50_s >= 0.2
     later = await control.gate(EvidenceWindow(time.time() + 60, old.url, new.url))
     assert later.samples == 0 and later.verdict == "inconclusive"
     if capture_worker:  # the worker gone: no verdict, said so, and nothing raised

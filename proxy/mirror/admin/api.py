@@ -169,7 +169,7 @@ async def get_gate(request: web.Request) -> web.Response:
         result = await _main(request)[EVIDENCE_KEY].gate()
     except WorkerUnavailable as exc:
         return _unavailable(exc)
-    return json_answer(result, 200 if result["verdict"] == "pass" else 409)
+    return json_answer(result.as_json(), result.verdict.http_status)
 
 
 async def get_stats(request: web.Request) -> web.Response:

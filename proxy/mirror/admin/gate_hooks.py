@@ -27,6 +27,7 @@ from aiohttp import web
 from proxy.adminhttp import bearer_token, json_answer, json_error, read_json, token_matches
 from proxy.compare.gate import analysis_body
 from proxy.mirror.app import CONFIG_KEY, EVIDENCE_KEY
+from proxy.mirror.verdict import GateResult
 from proxy.mirror.worker.link import WorkerUnavailable
 
 log = logging.getLogger(__name__)
@@ -52,12 +53,11 @@ def _denied(request: web.Request, main: web.Application,
     return json_error(401, "missing or wrong bearer token (or metadata.token)")
 
 
-async def _verdict(main: web.Application) -> dict[str, Any] | web.Response:
+async def _verdict(main: web.Application) -> GateResult | web.Response:
     try:
-        result: dict[str, Any] = await main[EVIDENCE_KEY].gate()
+        return await main[EVIDENCE_KEY].gate()
     except WorkerUnavailable as exc:
         return json_error(503, f"{exc}; no verdict can be computed now")
-    return result
 
 
 async def analysis(request: web.Request, main: web.Application) -> web.Response:
@@ -66,7 +66,7 @@ async def analysis(request: web.Request, main: web.Application) -> web.Response:
     result = await _verdict(main)
     if isinstance(result, web.Response):
         return result
-    return json_answer(analysis_body(result), 200)
+    return json_answer(analysis_body(result.as_json()), 200)
 
 
 def parse_flagger(body: Any) -> dict[str, Any]:
@@ -110,7 +110,8 @@ async def flagger(request: web.Request, main: web.Application, hook: str,
     if isinstance(result, web.Response):
         return result
     wanted = "fail" if hook == "rollback" else "pass"
-    return json_answer(analysis_body(result), 200 if result["verdict"] == wanted else 409)
+    return json_answer(analysis_body(result.as_json()),
+                       200 if result.verdict.verdict == wanted else 409)
 
 
 def add_gate_hooks(admin: web.Application, main: web.Application) -> None:

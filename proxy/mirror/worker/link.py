@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from itertools import count
-from typing import Any
+from typing import TypeVar
 
 import proxy
 from proxy.mirror.config import ProxyConfig
@@ -34,11 +34,13 @@ from proxy.mirror.worker.messages import (
     Query,
     Ready,
     Reply,
+    ReplyValue,
     Shutdown,
 )
 from proxy.tasks import BackgroundTasks, start_task
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_CHANNEL_BYTES = 64 * 1024 * 1024  # worker this far behind: new requests are not mirrored
 READY_TIMEOUT_S = 120.0
@@ -65,7 +67,7 @@ class WorkerLink:
         self.process: asyncio.subprocess.Process | None = None
         self.ready = False
         self.restarts = 0
-        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._calls: dict[int, asyncio.Future[ReplyValue]] = {}
         self._call_ids = count(1)
         self._ready: asyncio.Future[None] | None = None
         self._bye: asyncio.Future[int] | None = None
@@ -130,12 +132,22 @@ class WorkerLink:
         """What the worker was sent has waited over `max_delay_s` (or piles up)."""
         return self.backlog.behind(time.monotonic(), max_delay_s, MAX_CHANNEL_BYTES)
 
-    async def call(self, query: Query, timeout_s: float = 60.0) -> Any:
+    async def ask(self, query: Query, answer: type[T], timeout_s: float = 60.0) -> T:
+        """`call`, the answer checked to be an `answer` (a `GateResult` for the gate)."""
+        value = await self.call(query, timeout_s)
+        if not isinstance(value, answer):
+            # RuntimeError, like every call that fails: callers take it as no answer.
+            raise RuntimeError(  # noqa: TRY004
+                f"the capture worker answered {type(query).__name__} with a "
+                f"{type(value).__name__}, not a {answer.__name__}")
+        return value
+
+    async def call(self, query: Query, timeout_s: float = 60.0) -> ReplyValue:
         """Ask the worker (gate, aggregates, records, metrics); WorkerUnavailable if it can't."""
         if not self.ready:
             raise WorkerUnavailable("the capture worker is not running (restarting)")
         call_id = next(self._call_ids)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ReplyValue] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = future
         try:
             if not self.send(Call(call_id, query)):

@@ -21,6 +21,7 @@ from proxy.compare.tally import AdmissionRow
 from proxy.compare.types import Endpoint
 from proxy.cutover.control import EvidenceWindow
 from proxy.mirror.config import ProxyConfig
+from proxy.mirror.verdict import GateResult
 
 
 def _values_getter(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]]:
@@ -164,11 +165,17 @@ class Done:
     xid: int
 
 
+# A call's answer: the gate's typed result (GateQuery, WindowGateQuery), the admin API's
+# JSON as written (aggregates, a page of records), the Prometheus exposition, or the
+# error's text.
+ReplyValue: TypeAlias = GateResult | dict[str, object] | list[dict[str, object]] | bytes | str
+
+
 @dataclass(slots=True)
 class Reply:
     call_id: int
     ok: bool
-    value: Any  # the answer, or the error's text when not ok
+    value: ReplyValue  # the answer, or the error's text when not ok
 
 
 @dataclass(slots=True)

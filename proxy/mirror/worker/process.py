@@ -43,7 +43,7 @@ from proxy.mirror.load import LoopLoad
 from proxy.mirror.memory import release_memory_forever
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.upstream.routing import Router, Routes, make_pool_factory
-from proxy.mirror.verdict import current_verdict, evaluate_window, refresh_verdict_forever
+from proxy.mirror.verdict import current_verdict, judge_window, refresh_verdict_forever
 from proxy.mirror.worker.ipc import Channel
 from proxy.mirror.worker.messages import (
     SCHEMA,
@@ -64,6 +64,7 @@ from proxy.mirror.worker.messages import (
     Ready,
     RecordsQuery,
     Reply,
+    ReplyValue,
     Shutdown,
     Start,
     WindowGateQuery,
@@ -234,7 +235,7 @@ class CaptureWorker:
     def _call(self, call: Call) -> None:
         name = type(call.query).__name__
 
-        async def answer(work: Coroutine[Any, Any, Any]) -> None:
+        async def answer(work: Coroutine[Any, Any, ReplyValue]) -> None:
             try:
                 value = await work
             except Exception as exc:  # the caller gets the error, the worker goes on
@@ -249,11 +250,11 @@ class CaptureWorker:
             return
         self.answers.spawn(answer(work), f"call-{name}")
 
-    def _work(self, query: Query) -> Coroutine[Any, Any, Any] | None:
+    def _work(self, query: Query) -> Coroutine[Any, Any, ReplyValue] | None:
         if isinstance(query, GateQuery):
             return current_verdict(self.store, self.config.gate, self.metrics)
         if isinstance(query, WindowGateQuery):
-            return self.store.call(evaluate_window, self.config.gate, query.window)
+            return self.store.call(judge_window, self.config.gate, query.window)
         if isinstance(query, AggregatesQuery):
             return self._aggregates()
         if isinstance(query, RecordsQuery):

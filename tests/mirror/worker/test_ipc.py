@@ -11,8 +11,12 @@ from typing import Any
 
 import pytest
 
+from proxy.aggregates import PairCounts, RoleCounts
+from proxy.compare.gate import GateInputs, MatchCounts, evaluate
+from proxy.compare.stats import LatencySamples
 from proxy.cutover.control import EvidenceWindow
 from proxy.mirror.config import ProxyConfig, RouteConfig
+from proxy.mirror.verdict import GateResult, WindowFacts
 from proxy.mirror.worker import messages as m
 from proxy.mirror.worker.ipc import _LENGTH, Channel
 
@@ -39,6 +43,13 @@ EXAMPLES: list[Any] = [
     m.Ready("nice 10", 4096),
     m.Done(7),
     m.Reply(11, False, {"verdict": "pass", "n": [1, 2]}),
+    m.Reply(16, True, GateResult(
+        evaluate(GateInputs(MatchCounts(60, 1), MatchCounts(60, 2),
+                            latency={"primary": LatencySamples(ttft_s=(0.1, 0.2)),
+                                     "shadow": LatencySamples(ttft_s=(0.3,))})),
+        PairCounts(60, 1), PairCounts(60, 2),
+        WindowFacts(EvidenceWindow(1.5, "http://old:8000", "http://new:8000"), 61,
+                    {"old": RoleCounts(61, 1, 0, {"stop": 60})}))),
     m.Progress(8192, 0.015, 0.25),
     m.Bye(2),
     m.ConfirmPeer(15, "http://u:p@old:8000"),
