@@ -1,141 +1,228 @@
-"""Both gates of `gate_calibration.py`, vectorized over runs: the new (anytime-valid) one
-from the gate's own functions and thresholds, and a copy of the rule before it (Wilson
-intervals, point percentile ratios, Mann-Whitney) as the reference.
+"""The gate of `gate_calibration.py`, vectorized over runs, and the one-look test planned for
+a fixed horizon that the benchmark prices it against.
 
-Statuses are arrays of 0 fail, 1 inconclusive, 2 pass per run.
+`gate_verdict` is `proxy.compare.gate.evaluate` at the default criteria for records with a
+baseline (every check's rule, alpha and window as `checks.py` and `latency_checks.py`
+write them, on the gate's own `sequential` bounds): samples, match rate, paired p50 of
+each latency metric, quantile-ratio p99 on the store's bucketed tails, output lengths and
+errors; a family of traffic without samples is not judged. The benchmark checks it
+against `evaluate` itself on some runs of every cell and counts mismatches.
+
+`fixed_pass` is the same checks done once at a planned sample size with exact one-look
+bounds at the pass side's alpha: Clopper-Pearson for rates, the exact sign test for the
+paired p50, binomial order-statistic bounds for p99. Statuses are arrays of 0 fail,
+1 inconclusive, 2 pass per run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 from numpy.typing import NDArray
 
 from proxy.compare.gate import GateCriteria
-from proxy.compare.sequential import mean_bounds_array, quantile_rank_table
+from proxy.compare.sequential import mean_bounds_array
 
 Array = NDArray[np.float64]
+Status = NDArray[np.int64]
 FAIL, INCONCLUSIVE, PASS = 0, 1, 2
-LATENCY = (("ttft", 0.5, "max_ttft_p50_ratio"), ("ttft", 0.99, "max_ttft_p99_ratio"),
-           ("tpot", 0.5, "max_tpot_p50_ratio"), ("tpot", 0.99, "max_tpot_p99_ratio"))
-_Z95 = NormalDist().inv_cdf(0.975)
+FAMILIES = {"streamed": ("ttft", "tpot"), "unstreamed": ("e2e_unstreamed", "tpot_unstreamed")}
+# order statistic (metric, role "old"/"new", 1-based rank per run) -> its bucket's low and
+# high edge (what the store's tails read) and its exact value (NaN where none)
+OrderStat = Callable[[str, str, NDArray[np.int64]], tuple[Array, Array, Array]]
 
 
-def status(passed: NDArray[np.bool_], failed: NDArray[np.bool_]) -> NDArray[np.int64]:
+def status(passed: NDArray[np.bool_], failed: NDArray[np.bool_]) -> Status:
     return np.where(failed, FAIL, np.where(passed, PASS, INCONCLUSIVE))
 
 
 @dataclass
 class Look:
-    """What one look sees, per run: n samples a role, counts and order statistics."""
+    """What one look sees, per run (arrays over runs)."""
 
-    n: int
-    new_matched: Array
-    base_matched: Array
-    new_errors: Array
-    old_errors: Array
-    sign_sum: Array  # sum of sign(new length - old length) over pairs in arrival order
-    # (metric, quantile, role, side) -> lower, upper (NaN: none); side "pass" / "fail"
-    bounds: dict[tuple[str, float, str, str], tuple[Array, Array]]
-    points: dict[tuple[str, float, str], Array]  # numpy-interpolated percentile
-    mann_whitney: dict[str, tuple[Array, Array]]  # p (new greater / two-sided), effect
-
-
-def new_rank_needs(criteria: GateCriteria, size: int) -> dict[tuple[float, str], tuple[
-        NDArray[np.int64], NDArray[np.int64]]]:
-    """Rank tables per (quantile, side): "pass" at pass_alpha / 2, "fail" at fail_alpha / 2
-    (`latency_checks._ratio_check`: each side's alpha halved between old's and new's bound)."""
-    sides = {"pass": criteria.pass_alpha() / 2, "fail": criteria.fail_alpha() / 2}
-    return {(q, side): quantile_rank_table(size, q, alpha)
-            for q in (0.5, 0.99) for side, alpha in sides.items()}
+    n: int  # requests mirrored a side
+    compared: Array  # new-vs-old deterministic comparisons (both answered)
+    diverged: Array
+    base_compared: Array
+    base_diverged: Array
+    errors_new: Array
+    errors_old: Array
+    length_pairs: Array  # primary/shadow output-token pairs in the newest-records window
+    length_signs: Array  # sum of sign(new - old) over them
+    pairs: Mapping[str, tuple[Array, Array]]  # metric -> (pairs in window, new beyond limit)
+    tail_n: Mapping[str, tuple[Array, Array]]  # metric -> (old's, new's samples since start)
+    order_stat: OrderStat
 
 
-def _rate_bounds(rows: Array, n: int, alpha: float) -> tuple[Array, Array]:
-    return mean_bounds_array(rows, float(n), alpha, steps=30)
+class Bounds:
+    """`mean_bounds_array` over rows gathered per alpha, computed once per look."""
+
+    def __init__(self) -> None:
+        self.rows: dict[float, list[tuple[Array, Array]]] = {}
+
+    def ask(self, alpha: float, total: Array, n: Array) -> int:
+        self.rows.setdefault(alpha, []).append((total, n))
+        return len(self.rows[alpha]) - 1
+
+    def solve(self) -> dict[float, tuple[Array, Array]]:
+        out = {}
+        for alpha, rows in self.rows.items():
+            total = np.stack([r[0] for r in rows]).astype(float)
+            n = np.stack([np.broadcast_to(r[1], r[0].shape) for r in rows]).astype(float)
+            out[alpha] = mean_bounds_array(np.minimum(total, n), n, alpha, steps=44)
+        return out
 
 
-def new_gate(look: Look, c: GateCriteria) -> NDArray[np.int64]:
-    """The anytime-valid gate's verdict (streamed traffic, a baseline, lengths known): pass
-    sides at `pass_alpha` (an intersection-union test), fail sides at `fail_alpha`."""
-    n = look.n
-    pass_alpha, fail_alpha = c.pass_alpha(), c.fail_alpha()
-    rates = np.stack([look.new_matched, look.base_matched, look.new_errors, look.old_errors])
-    p_low, p_high = _rate_bounds(rates, n, pass_alpha / 2)
-    f_low, f_high = _rate_bounds(rates, n, fail_alpha / 2)
+def gate_verdict(look: Look, c: GateCriteria,
+                 ranks: Mapping[float, tuple[NDArray[np.int64], NDArray[np.int64]]],
+                 ) -> tuple[Status, dict[str, Status]]:
+    """The gate's verdict per run, and each check's status by name (the check names of
+    `gate.evaluate`); `ranks`: alpha -> `quantile_rank_table(size, 0.99, alpha)`."""
+    pa, fa = c.pass_alpha(), c.fail_alpha()
+    b = Bounds()
+    n = np.full(look.compared.shape, float(look.n))
+    match = (b.ask(pa / 2, look.compared - look.diverged, look.compared),
+             b.ask(fa / 2, look.compared - look.diverged, look.compared),
+             b.ask(pa / 2, look.base_compared - look.base_diverged, look.base_compared),
+             b.ask(fa / 2, look.base_compared - look.base_diverged, look.base_compared))
+    errors = (b.ask(fa / 2, look.errors_new, n), b.ask(fa / 2, look.errors_old, n),
+              b.ask(pa / 2, look.errors_new, n), b.ask(pa / 2, look.errors_old, n))
+    successes = (look.length_signs + look.length_pairs) / 2
+    lengths = (b.ask(pa, successes, look.length_pairs), b.ask(fa, successes, look.length_pairs))
+    paired = {m: (b.ask(pa, slower, count), b.ask(fa, slower, count))
+              for m, (count, slower) in look.pairs.items()}
+    got = b.solve()
+
+    def lo(alpha: float, i: int) -> Array:
+        return got[alpha][0][i]
+
+    def hi(alpha: float, i: int) -> Array:
+        return got[alpha][1][i]
+
+    checks = [status(look.compared >= c.min_samples, np.zeros(n.shape, bool))]
     m = c.max_excess_divergence
-    checks = [status(p_low[0] >= p_high[1] - m, f_high[0] < f_low[1] - m),
-              status(p_high[2] <= p_low[3] + c.max_error_rate_excess,
-                     f_low[2] > f_high[3] + c.max_error_rate_excess)]
+    passed = lo(pa / 2, match[0]) >= hi(pa / 2, match[2]) - m
+    checks.append(np.where((look.base_compared < c.min_baseline_samples) & passed
+                           & ~(hi(fa / 2, match[1]) < lo(fa / 2, match[3]) - m), INCONCLUSIVE,
+                           status(passed, hi(fa / 2, match[1]) < lo(fa / 2, match[3]) - m)))
+    excess = c.max_error_rate_excess
+    checks.append(status(hi(pa / 2, errors[2]) <= lo(pa / 2, errors[3]) + excess,
+                         lo(fa / 2, errors[0]) > hi(fa / 2, errors[1]) + excess))
     shift = c.max_length_shift
-    assert shift is not None
-    signs = (look.sign_sum + n) / 2
-    s_low, s_high = (2 * b - 1 for b in _rate_bounds(signs, n, pass_alpha))
-    sf_low, sf_high = (2 * b - 1 for b in _rate_bounds(signs, n, fail_alpha))
-    checks.append(status((s_low >= -shift) & (s_high <= shift),
-                         (sf_low > shift) | (sf_high < -shift)))
-    for metric, q, field in LATENCY:
-        limit = getattr(c, field)
-        floor = c.token_latency_floor_s if metric == "tpot" else c.latency_floor_s
-        o_low = look.bounds[(metric, q, "old", "pass")][0]
-        o_high = look.bounds[(metric, q, "old", "fail")][1]
-        n_low = look.bounds[(metric, q, "new", "fail")][0]
-        n_high = look.bounds[(metric, q, "new", "pass")][1]
+    if shift is not None:
+        s_low, s_high = 2 * lo(pa, lengths[0]) - 1, 2 * hi(pa, lengths[0]) - 1
+        f_low, f_high = 2 * lo(fa, lengths[1]) - 1, 2 * hi(fa, lengths[1]) - 1
+        few = look.length_pairs < c.min_latency_samples
+        checks.append(np.where(few, INCONCLUSIVE,
+                               status((s_low >= -shift) & (s_high <= shift),
+                                      (f_low > shift) | (f_high < -shift))))
+    evidence = {family: np.any([look.tail_n[m][0] + look.tail_n[m][1] > 0 for m in metrics],
+                               axis=0) for family, metrics in FAMILIES.items()}
+    names = ["samples", "match_rate", "errors"] + (["lengths"] if shift is not None else [])
+    latency: list[Status] = []
+    for entry, limit in c.enabled_limits():
+        applies = evidence[entry.family]
+        floor = c.token_latency_floor_s if entry.per_token else c.latency_floor_s
+        if entry.quantile == 0.5:
+            count, _slower = look.pairs[entry.metric]
+            i_pass, i_fail = paired[entry.metric]
+            judged = status(hi(pa, i_pass) < 0.5, lo(fa, i_fail) > 0.5)
+            judged = np.where(count < c.min_latency_samples, INCONCLUSIVE, judged)
+        else:
+            judged = _quantile_ratio(look, entry.metric, entry.quantile, limit, floor, c,
+                                     ranks)
+        latency.append(np.where(applies, judged, PASS))
+        names.append(entry.field)
+    any_evidence = np.any(list(evidence.values()), axis=0)
+    checks += [np.where(any_evidence, s, INCONCLUSIVE) for s in latency] or [
+        np.where(any_evidence, PASS, INCONCLUSIVE)]
+    return np.asarray(np.min(np.stack(checks), axis=0)), dict(zip(names, checks, strict=False))
+
+
+def _quantile_ratio(look: Look, metric: str, q: float, limit: float, floor: float,
+                    c: GateCriteria,
+                    ranks: Mapping[float, tuple[NDArray[np.int64], NDArray[np.int64]]],
+                    ) -> Status:
+    assert q == 0.99, "the benchmark's traffic always has a baseline: p50 is paired"
+    old_n, new_n = look.tail_n[metric]
+    pass_side, fail_side = c.pass_alpha() / 2, c.fail_alpha() / 2
+
+    def lower(role: str, size: Array, alpha: float) -> Array:
+        count = ranks[alpha][0][size.astype(np.int64)]
+        value = look.order_stat(metric, role, count)[0]
+        return np.where(count >= 1, value, np.nan)
+
+    def upper(role: str, size: Array, alpha: float) -> Array:
+        count = ranks[alpha][1][size.astype(np.int64)] + 1
+        value = look.order_stat(metric, role, np.where(count <= size, count, 0))[1]
+        return np.where(count <= size, value, np.nan)
+
+    o_low, o_high = lower("old", old_n, pass_side), upper("old", old_n, fail_side)
+    n_low, n_high = lower("new", new_n, fail_side), upper("new", new_n, pass_side)
+    with np.errstate(invalid="ignore"):
+        failed = n_low > np.maximum(limit * o_high, o_high + floor)
+        passed = n_high <= np.maximum(limit * o_low, o_low + floor)
+    judged = status(passed & ~np.isnan(n_high) & ~np.isnan(o_low),
+                    failed & ~np.isnan(n_low) & ~np.isnan(o_high))
+    return np.where(np.minimum(old_n, new_n) < c.min_latency_samples, INCONCLUSIVE, judged)
+
+
+def clopper_pearson(k: Array, n: Array, tail: float) -> tuple[Array, Array]:
+    """One-sided exact bounds at `tail` each (k may be fractional: the beta form)."""
+    from scipy.stats import beta
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        low = np.where(k <= 0, 0.0, beta.ppf(tail, np.maximum(k, 1e-9), n - k + 1))
+        high = np.where(k >= n, 1.0, beta.ppf(1 - tail, k + 1, np.maximum(n - k, 1e-9)))
+    return np.nan_to_num(low, nan=0.0), np.nan_to_num(high, nan=1.0)
+
+
+def fixed_ranks(size: int, q: float, tail: float) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """One-look order-statistic bounds for the q-quantile at every n 0..size: X_(l) <= it
+    and X_(u) >= it, each with probability >= 1 - tail (l: 0 / u: n + 1 where none)."""
+    from scipy.stats import binom
+
+    n = np.arange(size + 1)
+    low = binom.ppf(tail, n, q).astype(np.int64)  # P(Bin >= l) >= 1 - tail
+    high = binom.ppf(1 - tail, n, q).astype(np.int64) + 1  # P(Bin <= u - 1) >= 1 - tail
+    return low, high
+
+
+def fixed_pass(look: Look, c: GateCriteria,
+               ranks: tuple[NDArray[np.int64], NDArray[np.int64]]) -> NDArray[np.bool_]:
+    """Whether the one-look test planned for n = look.n passes, per run: every check's
+    pass side at the gate's pass alpha (halved where two bounds decide it), exact bounds
+    on every sample since the start. `ranks`: `fixed_ranks(size, 0.99, pass_alpha / 2)`."""
+    pa = c.pass_alpha()
+    n = np.full(look.compared.shape, float(look.n))
+    ok = look.compared >= c.min_samples
+    low = clopper_pearson(look.compared - look.diverged, look.compared, pa / 2)[0]
+    b_high = clopper_pearson(look.base_compared - look.base_diverged, look.base_compared,
+                             pa / 2)[1]
+    ok &= low >= b_high - c.max_excess_divergence
+    high = clopper_pearson(look.errors_new, n, pa / 2)[1]
+    o_low = clopper_pearson(look.errors_old, n, pa / 2)[0]
+    ok &= high <= o_low + c.max_error_rate_excess
+    if c.max_length_shift is not None:  # two one-sided tests, each at the pass alpha
+        s_low, s_high = clopper_pearson((look.length_signs + look.length_pairs) / 2,
+                                        look.length_pairs, pa)
+        ok &= (2 * s_low - 1 >= -c.max_length_shift) & (2 * s_high - 1 <= c.max_length_shift)
+    for entry, limit in c.enabled_limits():
+        old_n, new_n = look.tail_n[entry.metric]
+        if not np.any(old_n + new_n):
+            continue
+        floor = c.token_latency_floor_s if entry.per_token else c.latency_floor_s
+        if entry.quantile == 0.5:  # the exact sign test, one-sided
+            count, slower = look.pairs[entry.metric]
+            ok &= clopper_pearson(slower, count, pa)[1] < 0.5
+            continue
+        l_rank = ranks[0][old_n.astype(np.int64)]
+        u_rank = ranks[1][new_n.astype(np.int64)]
+        o_low = look.order_stat(entry.metric, "old", l_rank)[2]
+        n_high = look.order_stat(entry.metric, "new", np.where(u_rank <= new_n, u_rank, 0))[2]
         with np.errstate(invalid="ignore"):
-            passed = n_high <= np.maximum(limit * o_low, o_low + floor)
-            failed = n_low > np.maximum(limit * o_high, o_high + floor)
-        checks.append(status(passed & ~np.isnan(n_high) & ~np.isnan(o_low),
-                             failed & ~np.isnan(n_low) & ~np.isnan(o_high)))
-    verdict = np.min(np.stack(checks), axis=0)
-    return np.where(n >= c.min_samples, verdict, np.minimum(verdict, INCONCLUSIVE))
-
-
-def wilson(k: Array, n: int) -> tuple[Array, Array]:
-    p = k / n
-    z2n = _Z95 * _Z95 / n
-    centre = (p + z2n / 2) / (1 + z2n)
-    half = _Z95 * np.sqrt(p * (1 - p) / n + z2n / (4 * n)) / (1 + z2n)
-    return np.maximum(0, centre - half), np.minimum(1, centre + half)
-
-
-def todays_gate(look: Look, c: GateCriteria) -> NDArray[np.int64]:
-    """The rule before: a copy kept here as the reference (min_effect_size 0.1, alpha 0.05)."""
-    n = look.n
-    low, high = wilson(look.new_matched, n)
-    threshold = np.maximum(0, look.base_matched / n - c.max_excess_divergence)
-    checks = [status(low >= threshold, high < threshold)]
-    limit = look.old_errors / n + c.max_error_rate_excess
-    e_low, _ = wilson(look.new_errors, n)
-    checks.append(status(look.new_errors / n <= limit, e_low > limit))
-    if n >= c.min_latency_samples:
-        p_len, effect_len = look.mann_whitney["lengths"]
-        checks.append(status(np.ones(p_len.shape, bool),
-                             (np.abs(effect_len) > 0.3) & (p_len < 0.05)))
-        for metric, q, field in LATENCY:
-            ratio = look.points[(metric, q, "new")] / look.points[(metric, q, "old")]
-            p, effect = look.mann_whitney[metric]
-            over = ratio > getattr(c, field)
-            checks.append(status(~over, over & (p < 0.05) & (effect >= 0.1)))
-    else:
-        checks.append(np.full(look.new_matched.shape, INCONCLUSIVE))
-    verdict = np.min(np.stack(checks), axis=0)
-    return np.where(n >= c.min_samples, verdict, np.minimum(verdict, INCONCLUSIVE))
-
-
-def mann_whitney_p(u: Array, n: int, two_sided: bool) -> tuple[Array, Array]:
-    """Normal approximation with continuity correction (scipy's for large samples)."""
-    mean, sd = n * n / 2, np.sqrt(n * n * (2 * n + 1) / 12)
-    effect = 2 * u / (n * n) - 1
-    if two_sided:
-        z = (np.abs(u - mean) - 0.5) / sd
-        p = 2 * (1 - _phi(z))
-    else:
-        p = 1 - _phi((u - mean - 0.5) / sd)
-    return np.minimum(p, 1.0), effect
-
-
-def _phi(z: Array) -> Array:
-    from scipy.special import ndtr
-
-    return np.asarray(ndtr(z))
+            ok &= (l_rank >= 1) & (u_rank <= new_n) \
+                & (n_high <= np.maximum(limit * o_low, o_low + floor))
+    return np.asarray(ok)

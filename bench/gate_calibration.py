@@ -1,327 +1,474 @@
-"""How often a cutover promotes, by simulation: the gate's error rates under its real look schedule.
+"""The gate's cost: how often a cutover promotes, aborts or times out, how many requests a
+decision takes, and what a test planned for a fixed horizon would need for the same effect.
 
-Each cell is a true new version (a match-rate gap, a p50 body shift, a p99 tail-only
-regression, an error-rate excess, an output-length shift, or none) and `--runs` simulated
-cutovers of it: 5 requests/s, every one deterministic and streamed, mirrored to new and to
-a baseline; the reconciler evaluates the gate once a second (`Reconciler` tick_s 1.0) from
-`--analysis-delay` to `--analysis-timeout` (defaults 10 s / 1800 s), promotes at the first
-pass and aborts after `failure_limit` (3) failing evaluations in a row. Both gates see the
-same draws: the anytime-valid one (the gate's own `sequential` functions and default
-criteria) and a copy of the rule before it (`_gate_rules.todays_gate`). The vectorized
-verdicts are checked against `proxy.compare.gate.evaluate` over real `GateInputs` at each
-run's last look for `--check-runs` runs per cell (mismatches are printed and counted).
+Each cell is one true new version and `--runs` simulated cutovers of it, looked at on the
+reconciler's schedule: 5 requests/s mirrored to new (shadow) and to a baseline (a second
+old copy), every request deterministic, the gate evaluated once a second from the 10 s
+analysis delay to the 1800 s analysis timeout (`CutoverSpec` defaults, 8,950 requests a
+side), promotion at the first pass, an abort after `failure_limit` (3) failing
+evaluations in a row. The verdict at each look is the current gate at its default
+`GateCriteria`, vectorized over runs (`_gate_rules.gate_verdict`: the gate's own
+`sequential` bounds, windows and bucketed tails); on `--check-runs` runs per cell the
+vectorized verdict is compared with `proxy.compare.gate.evaluate` over `GateInputs` built
+by `GateInputs.from_records` from the same requests as `ExchangeRecord`s, at the deciding
+look, the look before it and one in between (mismatches are printed and counted).
 
-    python bench/gate_calibration.py [--runs 1000] [--cells clean,p99] [--smoke]
+For clean cells, the fixed-horizon price: at every look on a grid (5 % apart) the one-look
+test planned for that sample size (`_gate_rules.fixed_pass`: the same checks with exact
+bounds at the pass side's alpha) is applied to the same draws; the smallest n at which it
+passes in 50 % / 80 % of runs is set against the n by which the sequential gate has
+promoted 50 % / 80 % of runs.
+
+    python bench/gate_calibration.py [--runs 1000] [--cells 'identical;x1.10'] [--only A:B]
+        [--json table.json] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _gate_rules import (
-    FAIL,
-    LATENCY,
-    PASS,
-    Look,
-    mann_whitney_p,
-    new_gate,
-    new_rank_needs,
-    todays_gate,
-)
-from _gate_sim import RankTrees, Series, draw, tail_factor_for, value_at
+from _gate_rules import FAIL, PASS, Look, fixed_pass, fixed_ranks, gate_verdict
+from _gate_sim import Model, RankTrees, Series, Traffic, bucket_edges, draw_traffic
 
-from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts, evaluate
-from proxy.compare.stats import LatencySamples
+from proxy.compare.gate import GateCriteria, GateInputs, evaluate
+from proxy.compare.sequential import quantile_rank_table
+from proxy.compare.stats import wilson_interval
+from proxy.compare.tally import LATENCY_WINDOW
+from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta, Role
+from proxy.compare.types import Outcome as CompareOutcome
+from proxy.cutover.spec import CutoverSpec
 
 RATE_PER_S = 5
-TTFT_S, TPOT_S, LENGTH = 0.2, 0.02, 200.0
+METRICS = ("ttft", "tpot", "e2e_unstreamed", "tpot_unstreamed")
+CAPTURED: tuple[Role, ...] = ("primary", "baseline", "shadow")
+Kind = Literal["clean", "limit"]
 
 
 @dataclass(frozen=True)
 class Cell:
     name: str
-    limit_case: bool  # at or beyond a limit: promotion must stay <= 5 %
-    sigma: float = 0.15
-    base_match: float = 0.98
-    new_match: float = 0.98
-    old_errors: float = 0.005
-    new_errors: float = 0.005
-    ttft: dict[str, float] = field(default_factory=dict)  # scale / tail_share / tail_factor
-    tpot: dict[str, float] = field(default_factory=dict)
-    length_scale: float = 1.0
+    kind: Kind  # limit: at or beyond a default limit, promotion must stay <= 5 %
+    model: Model = field(default_factory=Model)
 
 
-def _length_scale(shift: float) -> float:
-    """Lognormal(sigma 0.5) lengths scaled so that P(new > old) - P(new < old) = shift."""
-    from statistics import NormalDist
+def _iid(sigma: float, **kw: Any) -> Model:
+    return Model(noise=sigma * math.sqrt(2), **kw)
 
-    return math.exp(0.5 * math.sqrt(2) * NormalDist().inv_cdf((1 + shift) / 2))
+
+def _per_request(noise: float = 0.2, **kw: Any) -> Model:
+    """Prompt and answer lengths drive most latency: a request's own TTFT cost has sigma
+    0.5 and its TPOT 0.3, shared by both sides; engine noise `noise` on the log ratio."""
+    return Model(shared_ttft=0.5, shared_tpot=0.3, noise=noise, **kw)
 
 
 def cells() -> list[Cell]:
-    out = [Cell("clean, sigma 0.15", False), Cell("clean, sigma 0.5", False, sigma=0.5)]
-    for gap, at in ((0.02, False), (0.05, True), (0.08, True)):
-        out.append(Cell(f"match gap {gap:.2f} (limit 0.05)", at, new_match=0.98 - gap))
-    for ratio, at in ((0.95, False), (1.03, False), (1.05, False), (1.08, False),
-                      (1.10, True), (1.25, True)):
-        out.append(Cell(f"TTFT body x{ratio:.2f} (p50 limit 1.10)", at, sigma=0.5,
-                        ttft={"scale": ratio}))
-    for ratio, at in ((1.05, False), (1.10, True)):
-        out.append(Cell(f"TPOT body x{ratio:.2f} (p50 limit 1.10)", at, sigma=0.5,
-                        tpot={"scale": ratio}))
-    limit = GateCriteria().max_ttft_p99_ratio or 1.25
-    for sigma, ratio, at in ((0.5, 1.15, False), (0.5, limit, True), (0.5, 2.0, True),
-                             (0.15, limit, True)):
-        out.append(Cell(f"TTFT p99 tail x{ratio:.2f}, sigma {sigma} (limit {limit:g})", at,
-                        sigma=sigma, ttft={"tail_share": 0.03,
-                                           "tail_factor": tail_factor_for(sigma, ratio)}))
-    out.append(Cell(f"TPOT p99 tail x{limit:.2f}, sigma 0.5 (limit {limit:g})", True,
-                    sigma=0.5, tpot={"tail_share": 0.03,
-                                     "tail_factor": tail_factor_for(0.5, limit)}))
-    for excess, at in ((0.0025, False), (0.01, True), (0.03, True)):
-        out.append(Cell(f"errors +{excess:.4f} (limit +0.01)", at, new_errors=0.005 + excess))
-    for shift, at in ((0.1, False), (0.3, True), (0.5, True)):
-        out.append(Cell(f"length shift {shift:+.1f} (limit 0.3)", at,
-                        length_scale=_length_scale(shift)))
+    out = [Cell("identical, iid sigma 0.15", "clean", _iid(0.15)),
+           Cell("identical, iid sigma 0.5", "clean", _iid(0.5)),
+           Cell("identical, per-request noise 0.1", "clean", _per_request(0.1)),
+           Cell("identical, per-request noise 0.2", "clean", _per_request(0.2)),
+           Cell("identical, unstreamed only", "clean", _per_request(streamed=0.0)),
+           Cell("identical, mixed (half streamed)", "clean", _per_request(streamed=0.5))]
+    for scale in (0.95, 1.03, 1.05, 1.08, 1.10, 1.20):
+        out.append(Cell(f"TTFT and TPOT x{scale:.2f} (p50 limit 1.10)",
+                        "limit" if scale >= 1.10 else "clean", _per_request(scale=scale)))
+    out += [Cell("TTFT and TPOT x1.05, noise 0.1", "clean", _per_request(0.1, scale=1.05)),
+            Cell("TTFT and TPOT x1.10, noise 0.1", "limit", _per_request(0.1, scale=1.10)),
+            Cell("TTFT and TPOT x1.05, iid sigma 0.5", "clean", _iid(0.5, scale=1.05)),
+            Cell("TTFT and TPOT x1.10, iid sigma 0.5", "limit", _iid(0.5, scale=1.10))]
+    for metric in ("TTFT", "TPOT"):
+        key = f"{metric.lower()}_tail"
+        for ratio in (1.15, 1.25):
+            out.append(Cell(f"{metric} p99 x{ratio:.2f} (limit 1.25)",
+                            "limit" if ratio >= 1.25 else "clean",
+                            _per_request(**{key: ratio})))
+    out += [Cell("TTFT p99 x1.50 (limit 1.25)", "limit", _per_request(ttft_tail=1.5)),
+            Cell("TTFT p99 x1.25, iid sigma 0.15", "limit", _iid(0.15, ttft_tail=1.25)),
+            Cell("unstreamed, E2E and per-token x1.10 (p50 limit 1.10)", "limit",
+                 _per_request(streamed=0.0, scale=1.10)),
+            Cell("unstreamed, per-token p99 about x1.29 (limit 1.25)", "limit",
+                 _per_request(streamed=0.0, tpot_tail=1.3))]
+    excesses: tuple[tuple[float, Kind], ...] = ((0.0025, "clean"), (0.01, "limit"),
+                                               (0.03, "limit"))
+    for excess, kind in excesses:
+        out.append(Cell(f"errors +{excess:.4f} (limit +0.01)", kind,
+                        _per_request(new_errors=0.005 + excess)))
+    shifts: tuple[tuple[float, Kind], ...] = ((0.1, "clean"), (0.3, "limit"), (0.5, "limit"))
+    for shift, kind in shifts:
+        out.append(Cell(f"length shift {shift:+.1f} (limit 0.3)", kind,
+                        _per_request(length_shift=shift, paired_lengths=False)))
+    gaps: tuple[tuple[float, Kind], ...] = ((0.02, "clean"), (0.05, "limit"), (0.08, "limit"))
+    for gap, kind in gaps:
+        out.append(Cell(f"match gap {gap:.2f} (limit 0.05)", kind,
+                        _per_request(new_divergence=0.02 + gap)))
+    return out
+
+
+def _prefix(x: np.ndarray) -> np.ndarray:
+    """Counts of the first n requests at column n."""
+    out = np.zeros((x.shape[0], x.shape[1] + 1), dtype=np.int64)
+    np.cumsum(x, axis=1, out=out[:, 1:])
     return out
 
 
 @dataclass
-class Outcome:
-    decided_at: np.ndarray  # look index of promotion or abort, -1: timeout
-    promoted: np.ndarray
-    aborted: np.ndarray
+class Batch:
+    """Runs of one cell drawn at once, and the prefix sums every look reads."""
+
+    traffic: Traffic
+    criteria: GateCriteria
+    counts: dict[str, np.ndarray] = field(default_factory=dict)
+    pairs: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    tail_n: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    series: dict[tuple[str, str], tuple[int, Series]] = field(default_factory=dict)
+    trees: RankTrees | None = None
 
     @classmethod
-    def empty(cls, runs: int) -> Outcome:
-        return cls(np.full(runs, -1), np.zeros(runs, bool), np.zeros(runs, bool))
+    def of(cls, traffic: Traffic, criteria: GateCriteria, size: int) -> Batch:
+        b = cls(traffic, criteria)
+        t = traffic
+        both = t.ok["primary"] & t.ok["shadow"]
+        base = t.ok["primary"] & t.ok["baseline"]
+        b.counts = {"compared": _prefix(both), "diverged": _prefix(both & t.diverged_new),
+                    "base_compared": _prefix(base),
+                    "base_diverged": _prefix(base & t.diverged_base),
+                    "ok_new": _prefix(t.ok["shadow"]), "ok_old": _prefix(t.ok["primary"]),
+                    "length_pairs": _prefix(both),
+                    "length_signs": _prefix(both * np.sign(t.tokens["shadow"]
+                                                           - t.tokens["primary"]))}
+        limits = {e.metric: limit for e, limit in criteria.enabled_limits()
+                  if e.quantile == 0.5}
+        floors = {m: criteria.token_latency_floor_s if m.startswith("tpot")
+                  else criteria.latency_floor_s for m in METRICS}
+        p99 = [e.metric for e, _ in criteria.enabled_limits() if e.quantile == 0.99]
+        index = 0
+        for metric in METRICS:
+            old, old_ok = t.metric("baseline", metric)
+            new, new_ok = t.metric("shadow", metric)
+            paired = old_ok & new_ok
+            limit = limits.get(metric, math.inf)
+            slower = paired & (new > np.maximum(limit * old, old + floors[metric]))
+            b.pairs[metric] = (_prefix(paired), _prefix(slower))
+            b.tail_n[metric] = (_prefix(old_ok), _prefix(new_ok))
+            if metric in p99 and (old_ok.any() or new_ok.any()):
+                for role, values, ok in (("old", old, old_ok), ("new", new, new_ok)):
+                    b.series[(metric, role)] = (index, Series.of(values, ok))
+                    index += 1
+        b.trees = RankTrees(max(index, 1), len(both), size)
+        return b
+
+    def grow(self, lo: int, n: int) -> None:
+        assert self.trees is not None
+        for index, s in self.series.values():
+            for j in range(lo, n):
+                self.trees.insert(index, s.rank[:, j], s.counts[:, j])
+
+    def order_stat(self, metric: str, role: str,
+                   k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        assert self.trees is not None
+        if (metric, role) not in self.series:  # no samples of this kind in any run
+            nan = np.full(k.shape, np.nan)
+            return nan, nan, nan
+        index, s = self.series[(metric, role)]
+        rank = self.trees.kth(index, k)
+        value = np.take_along_axis(s.by_rank, np.maximum(rank, 0)[:, None], axis=1)[:, 0]
+        value = np.where(rank >= 0, value, np.nan)
+        low, high = bucket_edges(value)
+        return low, high, value
+
+    def look(self, n: int) -> Look:
+        c = {k: v[:, n].astype(float) for k, v in self.counts.items()}
+        lo = max(0, n - LATENCY_WINDOW)
+
+        def window(v: np.ndarray) -> np.ndarray:
+            return (v[:, n] - v[:, lo]).astype(float)
+
+        return Look(n, c["compared"], c["diverged"], c["base_compared"], c["base_diverged"],
+                    n - c["ok_new"], n - c["ok_old"],
+                    window(self.counts["length_pairs"]), window(self.counts["length_signs"]),
+                    {m: (window(p), window(s)) for m, (p, s) in self.pairs.items()},
+                    {m: (o[:, n].astype(float), w[:, n].astype(float))
+                     for m, (o, w) in self.tail_n.items()},
+                    self.order_stat)
 
 
-def simulate(cell: Cell, runs: int, looks: int, failure_limit: int, seed: int,
-             check_runs: int, criteria: GateCriteria) -> tuple[Outcome, Outcome, int]:
-    rng = np.random.default_rng(seed)
+@dataclass
+class Outcome:
+    """Per run: requests a side at the decision (-1: timed out), promoted, aborted."""
+
+    decided_n: list[int] = field(default_factory=list)
+    promoted: list[bool] = field(default_factory=list)
+    aborted: list[bool] = field(default_factory=list)
+    fixed_share: dict[int, list[float]] = field(default_factory=dict)  # n -> shares
+    binding: dict[str, int] = field(default_factory=dict)  # check -> promotions it held last
+    passing_since: dict[str, list[int]] = field(default_factory=dict)  # at each promotion
+    mismatches: int = 0
+    checked: int = 0
+
+
+def grid(first: int, last: int) -> list[int]:
+    out: list[int] = []
+    n = float(first)
+    while n <= last:
+        value = RATE_PER_S * round(n / RATE_PER_S)
+        if not out or value > out[-1]:
+            out.append(value)
+        n *= 1.05
+    return out
+
+
+def simulate(cell: Cell, runs: int, seed: int, args: argparse.Namespace,
+             criteria: GateCriteria, out: Outcome, check_runs: int) -> None:
+    looks = int(args.analysis_timeout - args.analysis_delay)
     size = looks * RATE_PER_S
-    new_match = np.cumsum(rng.random((runs, size)) < cell.new_match, axis=1)
-    base_match = np.cumsum(rng.random((runs, size)) < cell.base_match, axis=1)
-    new_err = np.cumsum(rng.random((runs, size)) < cell.new_errors, axis=1)
-    old_err = np.cumsum(rng.random((runs, size)) < cell.old_errors, axis=1)
-    series: dict[tuple[str, str], Series] = {}
-    for metric, scale, extra in (("ttft", TTFT_S, cell.ttft), ("tpot", TPOT_S, cell.tpot)):
-        series[(metric, "old")] = draw(rng, runs, size, cell.sigma, scale)
-        series[(metric, "new")] = draw(rng, runs, size, cell.sigma, scale * extra.get("scale", 1),
-                                       extra.get("tail_share", 0.0),
-                                       extra.get("tail_factor", 1.0))
-    series[("lengths", "old")] = draw(rng, runs, size, 0.5, LENGTH)
-    series[("lengths", "new")] = draw(rng, runs, size, 0.5, LENGTH * cell.length_scale)
-    signs = np.cumsum(np.sign(series[("lengths", "new")].arrived(size)
-                              - series[("lengths", "old")].arrived(size)), axis=1)
-    order = list(series)
-    trees = RankTrees(len(order), runs, size)
-    flat = {key: (np.log(s.by_rank) + 100 * np.arange(runs)[:, None]).ravel()
-            for key, s in series.items()}
-    u_stat = {m: np.zeros(runs) for m in ("ttft", "tpot", "lengths")}
-    needs = new_rank_needs(criteria, size)
-    results = {"new": Outcome.empty(runs), "today": Outcome.empty(runs)}
-    streaks = {k: np.zeros(runs, int) for k in results}
-    last_look: dict[str, Look] = {}
+    rng = np.random.default_rng(seed)
+    traffic = draw_traffic(rng, runs, size, cell.model)
+    batch = Batch.of(traffic, criteria, size)
+    pa, fa = criteria.pass_alpha(), criteria.fail_alpha()
+    ranks = {a: quantile_rank_table(size, 0.99, a) for a in (pa / 2, fa / 2)}
+    planned = fixed_ranks(size, 0.99, pa / 2)
+    fixed_at = set(grid(criteria.min_samples, size)) if cell.kind == "clean" else set()
+    decided = np.full(runs, -1)
+    promoted = np.zeros(runs, bool)
+    aborted = np.zeros(runs, bool)
+    streak = np.zeros(runs, int)
+    history = np.full((min(check_runs, runs), looks), -1)
+    fixed_done = not fixed_at
+    first_pass: dict[str, np.ndarray] = {}  # check -> n since which it has passed
     for look_index in range(looks):
         lo, n = look_index * RATE_PER_S, (look_index + 1) * RATE_PER_S
-        # today's rule decided everywhere: its Mann-Whitney statistics are not needed
-        mw = bool((results["today"].decided_at < 0).any())
-        _add_arrivals(series, trees, order, flat, u_stat, lo, n, runs, size, mw)
-        look = _look(series, trees, order, needs, u_stat, n, new_match, base_match, new_err,
-                     old_err, signs, mw)
-        for name, rule in (("new", new_gate), ("today", todays_gate)):
-            out = results[name]
-            if name == "today" and not mw:
-                continue
-            open_runs = out.decided_at < 0
-            verdict = rule(look, criteria)
-            streaks[name] = np.where(verdict == FAIL, streaks[name] + 1, 0)
-            promote = open_runs & (verdict == PASS)
-            abort = open_runs & (streaks[name] >= failure_limit)
-            out.promoted |= promote
-            out.aborted |= abort
-            out.decided_at = np.where(promote | abort, look_index, out.decided_at)
-        last_look["look"] = look
-        if all((o.decided_at >= 0).all() for o in results.values()):
+        batch.grow(lo, n)
+        look = batch.look(n)
+        verdict, by_check = gate_verdict(look, criteria, ranks)
+        for name, st in by_check.items():
+            held = first_pass.setdefault(name, np.full(runs, -1))
+            held[:] = np.where(st == PASS, np.where(held < 0, n, held), -1)
+        history[:, look_index] = verdict[:len(history)]
+        open_runs = decided < 0
+        streak = np.where(verdict == FAIL, streak + 1, 0)
+        promote = open_runs & (verdict == PASS)
+        abort = open_runs & ~promote & (streak >= args.failure_limit)
+        promoted |= promote
+        aborted |= abort
+        decided = np.where(promote | abort, n, decided)
+        if promote.any():  # the check that passed last held the promotion back
+            names = list(first_pass)
+            latest = np.argmax(np.stack([first_pass[k] for k in names]), axis=0)
+            for k in names:
+                out.passing_since.setdefault(k, []).extend(first_pass[k][promote].tolist())
+            for held_last in latest[promote]:
+                name = names[int(held_last)]
+                out.binding[name] = out.binding.get(name, 0) + 1
+        if n in fixed_at:
+            share = float(fixed_pass(look, criteria, planned).mean())
+            out.fixed_share.setdefault(n, []).append(share)
+            fixed_done = share >= 0.8
+        if (decided >= 0).all() and fixed_done:
             break
-    mismatches = _cross_check(series, results["new"], new_match, base_match, new_err,
-                              old_err, look_index, check_runs, criteria)
-    return results["new"], results["today"], mismatches
+    last = look_index
+    for run in range(len(history)):
+        at = int(decided[run]) // RATE_PER_S - 1 if decided[run] >= 0 else last
+        for index in sorted({at, at - 1, at // 2} - {-1}):
+            if index < 0:
+                continue
+            got = evaluate(GateInputs.from_records(records(traffic, run,
+                                                           (index + 1) * RATE_PER_S)),
+                           criteria)
+            expected = ("fail", "inconclusive", "pass")[int(history[run, index])]
+            out.checked += 1
+            if got.verdict != expected:
+                out.mismatches += 1
+                print(f"  MISMATCH {cell.name!r} run {run} n {(index + 1) * RATE_PER_S}: "
+                      f"evaluate {got.verdict}, bench {expected}; "
+                      + "; ".join(got.reasons[:3]), flush=True)
+    out.decided_n += decided.tolist()
+    out.promoted += promoted.tolist()
+    out.aborted += aborted.tolist()
 
 
-def _add_arrivals(series, trees, order, flat, u_stat, lo, n, runs, size,
-                  mw: bool) -> None:
-    """Insert arrivals lo..n of every series; update Mann-Whitney U (new > old pairs):
-    old's arrivals against new's earlier ones, then new's against old's, this look's too."""
-    offsets = np.arange(runs)[:, None] * size
-    metrics = ("ttft", "tpot", "lengths") if mw else ("ttft", "tpot")
-    sides: tuple[tuple[str, str, Literal["left", "right"]], ...] = (
-        ("old", "new", "right"), ("new", "old", "left"))
-    for first, other, side in sides:
-        if not mw:
-            firsts = np.array([order.index((m, first)) for m in metrics])
-            for j in range(lo, n):
-                trees.insert(firsts, np.stack([series[(m, first)].arrival[:, j]
-                                               for m in metrics]))
-            continue
-        rows, positions = [], []
-        for metric in metrics:
-            arriving = series[(metric, first)]
-            x = np.log(np.take_along_axis(arriving.by_rank, arriving.arrival[:, lo:n], axis=1))
-            key = (x + 100 * np.arange(runs)[:, None]).ravel()
-            pos = np.searchsorted(flat[(metric, other)], key, side=side).reshape(x.shape)
-            rows += [order.index((metric, other))] * (n - lo)
-            positions.append((pos - offsets).T)
-        below = trees.below(np.array(rows), np.concatenate(positions))
-        for k, metric in enumerate(metrics):
-            part = below[k * (n - lo):(k + 1) * (n - lo)]
-            # old arriving: new pairs above it (new > old); new arriving: old below it
-            u_stat[metric] += (lo - part).sum(axis=0) if first == "old" else part.sum(axis=0)
-        firsts = np.array([order.index((m, first)) for m in metrics])
-        for j in range(lo, n):
-            trees.insert(firsts, np.stack([series[(m, first)].arrival[:, j] for m in metrics]))
+def records(t: Traffic, run: int, n: int) -> list[ExchangeRecord]:
+    """The first n requests of `run` as the exchange records the proxy stores."""
+    e2e = {role: t.e2e(role)[run] for role in ("primary", "baseline", "shadow")}
+    out = []
+    for i in range(n):
+        stream = bool(t.streamed[run, i])
+        meta = RequestMeta("completions", stream, True, f"{i:064x}", 100, None)
+        caps = []
+        for role in CAPTURED:
+            if not t.ok[role][run, i]:
+                caps.append(Capture(role, role, 500, None, (), None, None, None, "", None,
+                                    error="http_5xx"))
+                continue
+            total = float(e2e[role][i])
+            caps.append(Capture(role, role, 200,
+                                float(t.ttft[role][run, i]) if stream else total, (), total,
+                                int(t.tokens[role][run, i]), "length", "", None))
+        comparisons = []
+        against: Role
+        for against, diverged in (("shadow", t.diverged_new), ("baseline", t.diverged_base)):
+            both = t.ok["primary"][run, i] and t.ok[against][run, i]
+            outcome: CompareOutcome = ("error" if not both else "diverged" if diverged[run, i]
+                                       else "match")
+            comparisons.append(Comparison(against, outcome, outcome == "match",
+                                          None, None, None, None, None))
+        out.append(ExchangeRecord(f"r{i}", float(i), meta, tuple(caps), tuple(comparisons)))
+    return out
 
 
-def _look(series, trees, order, needs, u_stat, n, new_match, base_match, new_err, old_err,
-          signs, today: bool) -> Look:
-    queries: list[tuple[tuple[str, float, str, str], str, int]] = []
-    bounds, points = {}, {}
-    for metric, q, _field in LATENCY:
-        pos = (n - 1) * q
-        floor = math.floor(pos)
-        for role in ("old", "new"):
-            for side in ("pass", "fail"):
-                low_count, high_count = (int(needs[(q, side)][0][n]),
-                                         int(needs[(q, side)][1][n]))
-                key = (metric, q, role, side)
-                queries += [(key, "low", low_count), (key, "high", high_count + 1)]
-            if today:  # the rule before: numpy-interpolated percentiles
-                key = (metric, q, role, "point")
-                queries += [(key, "p0", floor + 1), (key, "p1", min(floor + 2, n))]
-    rows = np.array([order.index((k[0], k[2])) for k, _w, _c in queries])
-    ks = np.array([[c if 1 <= c <= n else 0] for _k, _w, c in queries])
-    ranks = trees.kth(rows, np.broadcast_to(ks, (len(queries), len(trees.runs))))
-    got: dict[tuple[tuple[str, float, str, str], str], np.ndarray] = {}
-    for i, (key, what, _c) in enumerate(queries):
-        got[(key, what)] = value_at(series[(key[0], key[2])], ranks[i])
-    for metric, q, _field in LATENCY:
-        frac = (n - 1) * q - math.floor((n - 1) * q)
-        for role in ("old", "new"):
-            for side in ("pass", "fail"):
-                key = (metric, q, role, side)
-                bounds[key] = (got[(key, "low")], got[(key, "high")])
-            if today:
-                key = (metric, q, role, "point")
-                points[(metric, q, role)] = got[(key, "p0")] + (got[(key, "p1")]
-                                                                - got[(key, "p0")]) * frac
-    mw = {} if not today else {"ttft": mann_whitney_p(u_stat["ttft"], n, False),
-          "tpot": mann_whitney_p(u_stat["tpot"], n, False),
-          "lengths": mann_whitney_p(u_stat["lengths"], n, True)}
-    return Look(n, new_match[:, n - 1].astype(float), base_match[:, n - 1].astype(float),
-                new_err[:, n - 1].astype(float), old_err[:, n - 1].astype(float),
-                signs[:, n - 1].astype(float), bounds, points, mw)
+def summary(cell: Cell, out: Outcome) -> dict[str, Any]:
+    runs = len(out.promoted)
+    decided = np.array(out.decided_n)
+    promoted = np.array(out.promoted)
+    aborted = np.array(out.aborted)
+    timed_out = decided < 0
+
+    def share(hits: np.ndarray) -> dict[str, float]:
+        k = int(hits.sum())
+        low, high = wilson_interval(k, runs, 0.95)
+        return {"k": k, "rate": k / runs, "low": low, "high": high}
+
+    to_promote = np.where(promoted, decided, np.inf)
+    row: dict[str, Any] = {
+        "cell": cell.name, "kind": cell.kind, "model": asdict(cell.model), "runs": runs,
+        "promoted": share(promoted), "aborted": share(aborted), "timed_out": share(timed_out),
+        "median_n_decided": float(np.median(decided[decided >= 0])) if (decided >= 0).any()
+        else None,
+        "seq_n50": _finite(np.quantile(to_promote, 0.5)),
+        "seq_n80": _finite(np.quantile(to_promote, 0.8)),
+        "binding": dict(sorted(out.binding.items(), key=lambda kv: -kv[1])),
+        "check_n50": {k: float(np.median(v)) for k, v in out.passing_since.items()},
+        "mismatches": out.mismatches, "checked": out.checked}
+    if out.fixed_share:
+        shares = {n: float(np.mean(v)) for n, v in sorted(out.fixed_share.items())}
+        row["fixed_power"] = {str(n): s for n, s in shares.items()}
+        for level in (50, 80):
+            at = next((n for n, s in shares.items() if s >= level / 100), None)
+            row[f"fixed_n{level}"] = at
+            seq = row[f"seq_n{level}"]
+            row[f"ratio{level}"] = (seq / at) if seq is not None and at else None
+    return row
 
 
-def _cross_check(series, outcome, new_match, base_match, new_err, old_err, last,
-                 check_runs, criteria) -> int:
-    """`gate.evaluate` over real GateInputs at each checked run's deciding (or last) look."""
-    mismatches = 0
-    for run in range(min(check_runs, len(outcome.decided_at))):
-        at = outcome.decided_at[run] if outcome.decided_at[run] >= 0 else last
-        n = (at + 1) * RATE_PER_S
-        inputs = GateInputs(
-            new_vs_old=MatchCounts(n, n - int(new_match[run, n - 1])),
-            baseline_vs_old=MatchCounts(n, n - int(base_match[run, n - 1])),
-            latency={"primary": _samples(series, "old", n, run),
-                     "shadow": _samples(series, "new", n, run)},
-            requests={"primary": n, "shadow": n},
-            errors={"primary": int(old_err[run, n - 1]), "shadow": int(new_err[run, n - 1])})
-        verdict = evaluate(inputs, criteria).verdict
-        expected = ("pass" if outcome.promoted[run] else "fail" if outcome.aborted[run]
-                    else "inconclusive")
-        if verdict != expected and not (expected == "inconclusive" and verdict != "pass"):
-            mismatches += 1
-            print(f"  MISMATCH run {run} look {at}: evaluate {verdict}, bench {expected}")
-    return mismatches
+def _finite(x: float) -> float | None:
+    return None if not math.isfinite(x) else float(x)
 
 
-def _samples(series: dict[tuple[str, str], Series], role: str, n: int,
-             run: int) -> LatencySamples:
-    return LatencySamples(
-        ttft_s=tuple(series[("ttft", role)].arrived(n)[run].tolist()),
-        tpot_s=tuple(series[("tpot", role)].arrived(n)[run].tolist()),
-        output_tokens=tuple(series[("lengths", role)].arrived(n)[run].tolist()))
+def _fmt_share(s: dict[str, float], upper: bool = False) -> str:
+    text = f"{s['k']} ({s['rate']:.1%}, {s['low']:.1%}-{s['high']:.1%})"
+    return f"**{s['k']}** (up to {s['high']:.1%})" if upper else text
 
 
-def _rate(hits: np.ndarray) -> str:
-    from proxy.compare.stats import wilson_interval
+def table_row(row: dict[str, Any]) -> str:
+    def n(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.0f}"
 
-    k, n = int(hits.sum()), len(hits)
-    low, high = wilson_interval(k, n, 0.95)
-    return f"{k / n:6.1%} [{low:5.1%}, {high:5.1%}]"
+    def r(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    limit = row["kind"] == "limit"
+    fixed = (f"{n(row.get('fixed_n50'))} / {n(row.get('fixed_n80'))}" if not limit else "-")
+    ratio = (f"{r(row.get('ratio50'))} / {r(row.get('ratio80'))}" if not limit else "-")
+    return (f"| {row['cell']} | {row['kind']} | {row['runs']} | "
+            f"{_fmt_share(row['promoted'], upper=limit)} | {_fmt_share(row['aborted'])} | "
+            f"{_fmt_share(row['timed_out'])} | {n(row['median_n_decided'])} | "
+            f"{n(row['seq_n50'])} / {n(row['seq_n80'])} | {fixed} | {ratio} |")
 
 
-def _median(outcome: Outcome) -> str:
-    decided = outcome.decided_at[outcome.decided_at >= 0]
-    return "-" if not len(decided) else f"{int(np.median(decided) + 1) * RATE_PER_S}"
+HEADER = ("| cell | kind | runs | promoted (95 % Wilson) | aborted | timed out | median n "
+          "to a decision | n by which 50 % / 80 % promoted | fixed horizon n at 50 % / 80 % "
+          "power | ratio 50 % / 80 % |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- "
+          "| --- |")
 
 
 def main(argv: list[str] | None = None) -> int:
+    spec = CutoverSpec
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--analysis-timeout", type=float, default=1800.0)
-    parser.add_argument("--analysis-delay", type=float, default=10.0)
-    parser.add_argument("--failure-limit", type=int, default=3)
+    parser.add_argument("--clean-runs", type=int, default=None,
+                        help="runs for clean cells (default: --runs)")
+    parser.add_argument("--batch", type=int, default=250, help="runs drawn at once")
+    parser.add_argument("--analysis-timeout", type=float, default=spec.analysis_timeout_s)
+    parser.add_argument("--analysis-delay", type=float, default=spec.analysis_delay_s)
+    parser.add_argument("--failure-limit", type=int, default=spec.failure_limit)
     parser.add_argument("--cells", default="", help="name fragments, separated by ;")
-    parser.add_argument("--only", default=None, metavar="A:B",
-                        help="only cells A..B-1 (0-based): runs split into shorter pieces")
-    parser.add_argument("--check-runs", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=23)
+    parser.add_argument("--kind", choices=("clean", "limit"), default=None,
+                        help="only cells of this kind")
+    parser.add_argument("--only", default=None, metavar="A:B", help="only cells A..B-1")
+    parser.add_argument("--check-runs", type=int, default=3,
+                        help="runs per cell checked against gate.evaluate")
+    parser.add_argument("--seed", type=int, default=29)
+    parser.add_argument("--json", default=None, help="write the table here as cells finish; "
+                        "cells already in it are skipped")
     parser.add_argument("--smoke", action="store_true", help="20 runs, 120 s, 3 cells")
+    parser.add_argument("--table", nargs="+", default=None, metavar="JSON",
+                        help="print the table of these runs' JSON files (cell order) and exit")
+    parser.add_argument("--tournament", action="store_true",
+                        help="the tournament cell instead: 4 candidates raced through the real "
+                        "proxy.tune.race.Race, one beyond a limit (bench/tune_tournament.py; "
+                        "--runs races, default 200)")
     args = parser.parse_args(argv)
+    if args.tournament:
+        from tune_tournament import main as tournament
+
+        runs = args.runs if "--runs" in (argv if argv is not None else sys.argv) else 200
+        return tournament(["--runs", str(runs), "--seed", str(args.seed)]
+                          + (["--smoke"] if args.smoke else []))
+    if args.table:
+        rows = {r["cell"]: r for f in args.table for r in json.loads(Path(f).read_text())}
+        print(HEADER)
+        for cell in cells():
+            if cell.name in rows:
+                print(table_row(rows[cell.name]))
+        return 0
     if args.smoke:
-        args.runs, args.analysis_timeout = 20, 130.0
-        args.cells = args.cells or "clean, sigma 0.15;match gap 0.08;errors +0.0300"
-    looks = int(args.analysis_timeout - args.analysis_delay)
+        args.runs, args.analysis_timeout, args.check_runs = 20, 130.0, 2
+        args.cells = args.cells or ("identical, iid sigma 0.15;match gap 0.08;"
+                                    "errors +0.0300")
     criteria = GateCriteria()
     wanted = [w for w in args.cells.split(";") if w]
-    chosen = [c for c in cells() if not wanted or any(w in c.name for w in wanted)]
-    first = 0
+    all_cells = cells()
+    chosen = [(i, c) for i, c in enumerate(all_cells)
+              if (not wanted or any(w in c.name for w in wanted))
+              and args.kind in (None, c.kind)]
     if args.only is not None:
-        first, _, last = args.only.partition(":")
-        first = int(first)
-        chosen = chosen[first:int(last) if last else first + 1]
-    print(f"{args.runs} runs a cell, {RATE_PER_S} requests/s, a look a second for {looks} s, "
-          f"failure limit {args.failure_limit}; promoted / aborted with 95 % Wilson intervals; "
-          "median samples (a role) to the decision")
-    print("| cell | limit? | new: promoted | new: aborted | new: median n | "
-          "today: promoted | today: aborted | today: median n |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    worst, mismatches, started = (0.0, ""), 0, time.monotonic()
-    for i, cell in enumerate(chosen):
-        new, today, bad = simulate(cell, args.runs, looks, args.failure_limit,
-                                   args.seed + first + i, args.check_runs, criteria)
-        mismatches += bad
-        print(f"| {cell.name} | {'yes' if cell.limit_case else 'no'} | {_rate(new.promoted)} | "
-              f"{_rate(new.aborted)} | {_median(new)} | {_rate(today.promoted)} | "
-              f"{_rate(today.aborted)} | {_median(today)} |", flush=True)
-        if cell.limit_case and new.promoted.mean() >= worst[0]:
-            worst = (float(new.promoted.mean()), cell.name)
-    print(f"worst limit cell (new gate): {worst[1]!r} promoted {worst[0]:.1%}; "
-          f"{mismatches} mismatches with gate.evaluate; {time.monotonic() - started:.0f} s")
+        a, _, b = args.only.partition(":")
+        chosen = chosen[int(a):int(b) if b else int(a) + 1]
+    table: list[dict[str, Any]] = []
+    path = Path(args.json) if args.json else None
+    if path is not None and path.exists():
+        table = json.loads(path.read_text())
+    done = {row["cell"] for row in table}
+    looks = int(args.analysis_timeout - args.analysis_delay)
+    print(f"{RATE_PER_S} requests/s, a look a second for {looks} s ({looks * RATE_PER_S} "
+          f"requests a side at most), failure limit {args.failure_limit}")
+    print(HEADER)
+    mismatches, started = 0, time.monotonic()
+    for index, cell in chosen:
+        if cell.name in done:
+            continue
+        runs = args.runs if cell.kind == "limit" else (args.clean_runs or args.runs)
+        out = Outcome()
+        for b, lo in enumerate(range(0, runs, args.batch)):
+            simulate(cell, min(args.batch, runs - lo), args.seed * 1000 + index * 50 + b,
+                     args, criteria, out, args.check_runs if b == 0 else 0)
+        row = summary(cell, out)
+        mismatches += out.mismatches
+        print(table_row(row), flush=True)
+        if path is not None:
+            table = [r for r in table if r["cell"] != cell.name] + [row]
+            path.write_text(json.dumps(table, indent=1))
+    print(f"{mismatches} mismatches with gate.evaluate; {time.monotonic() - started:.0f} s")
     return 1 if mismatches else 0
 
 
