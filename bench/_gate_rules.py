@@ -5,17 +5,20 @@ a fixed horizon that the benchmark prices it against.
 baseline (every check's rule, alpha and window as `checks.py` and `latency_checks.py`
 write them, on the gate's own `sequential` bounds): samples, match rate, paired p50 of
 each latency metric, quantile-ratio p99 on the store's bucketed tails, output lengths and
-errors; a family of traffic without samples is not judged. The benchmark checks it
-against `evaluate` itself on some runs of every cell and counts mismatches.
+errors (the paired test on each run's new-only and old-only error counts: every simulated
+request went to both sides); a family of traffic without samples is not judged. The
+benchmark checks it against `evaluate` itself on some runs of every cell and counts
+mismatches.
 
 `fixed_pass` is the same checks done once at a planned sample size with exact one-look
-bounds at the pass side's alpha: Clopper-Pearson for rates, the exact sign test for the
-paired p50, binomial order-statistic bounds for p99. Statuses are arrays of 0 fail,
-1 inconclusive, 2 pass per run.
+bounds at the pass side's alpha: Clopper-Pearson for rates (errors unpaired, as before),
+the exact sign test for the paired p50, binomial order-statistic bounds for p99. Statuses
+are arrays of 0 fail, 1 inconclusive, 2 pass per run.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -23,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from proxy.compare.gate import GateCriteria
-from proxy.compare.sequential import mean_bounds_array
+from proxy.compare.sequential import mean_bounds_array, paired_log_wealth_array
 
 Array = NDArray[np.float64]
 Status = NDArray[np.int64]
@@ -49,6 +52,8 @@ class Look:
     base_diverged: Array
     errors_new: Array
     errors_old: Array
+    new_only: Array  # pairs (every request: both sides answer each) where only new errored
+    old_only: Array
     length_pairs: Array  # primary/shadow output-token pairs in the newest-records window
     length_signs: Array  # sum of sign(new - old) over them
     pairs: Mapping[str, tuple[Array, Array]]  # metric -> (pairs in window, new beyond limit)
@@ -87,8 +92,6 @@ def gate_verdict(look: Look, c: GateCriteria,
              b.ask(fa / 2, look.compared - look.diverged, look.compared),
              b.ask(pa / 2, look.base_compared - look.base_diverged, look.base_compared),
              b.ask(fa / 2, look.base_compared - look.base_diverged, look.base_compared))
-    errors = (b.ask(fa / 2, look.errors_new, n), b.ask(fa / 2, look.errors_old, n),
-              b.ask(pa / 2, look.errors_new, n), b.ask(pa / 2, look.errors_old, n))
     successes = (look.length_signs + look.length_pairs) / 2
     lengths = (b.ask(pa, successes, look.length_pairs), b.ask(fa, successes, look.length_pairs))
     paired = {m: (b.ask(pa, slower, count), b.ask(fa, slower, count))
@@ -107,9 +110,12 @@ def gate_verdict(look: Look, c: GateCriteria,
     checks.append(np.where((look.base_compared < c.min_baseline_samples) & passed
                            & ~(hi(fa / 2, match[1]) < lo(fa / 2, match[3]) - m), INCONCLUSIVE,
                            status(passed, hi(fa / 2, match[1]) < lo(fa / 2, match[3]) - m)))
-    excess = c.max_error_rate_excess
-    checks.append(status(hi(pa / 2, errors[2]) <= lo(pa / 2, errors[3]) + excess,
-                         lo(fa / 2, errors[0]) > hi(fa / 2, errors[1]) + excess))
+    excess = c.max_error_rate_excess  # the paired test, one a side at its whole alpha
+    checks.append(status(
+        paired_log_wealth_array(n, look.new_only, look.old_only, excess, "pass")
+        >= math.log(1 / pa),
+        paired_log_wealth_array(n, look.new_only, look.old_only, excess, "fail")
+        >= math.log(1 / fa)))
     shift = c.max_length_shift
     if shift is not None:
         s_low, s_high = 2 * lo(pa, lengths[0]) - 1, 2 * hi(pa, lengths[0]) - 1

@@ -144,6 +144,8 @@ class Batch:
                     "base_compared": _prefix(base),
                     "base_diverged": _prefix(base & t.diverged_base),
                     "ok_new": _prefix(t.ok["shadow"]), "ok_old": _prefix(t.ok["primary"]),
+                    "new_only": _prefix(t.ok["primary"] & ~t.ok["shadow"]),
+                    "old_only": _prefix(t.ok["shadow"] & ~t.ok["primary"]),
                     "length_pairs": _prefix(both),
                     "length_signs": _prefix(both * np.sign(t.tokens["shadow"]
                                                            - t.tokens["primary"]))}
@@ -195,7 +197,7 @@ class Batch:
             return (v[:, n] - v[:, lo]).astype(float)
 
         return Look(n, c["compared"], c["diverged"], c["base_compared"], c["base_diverged"],
-                    n - c["ok_new"], n - c["ok_old"],
+                    n - c["ok_new"], n - c["ok_old"], c["new_only"], c["old_only"],
                     window(self.counts["length_pairs"]), window(self.counts["length_signs"]),
                     {m: (window(p), window(s)) for m, (p, s) in self.pairs.items()},
                     {m: (o[:, n].astype(float), w[:, n].astype(float))

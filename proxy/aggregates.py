@@ -21,6 +21,7 @@ from proxy.compare.sketch import LogHistogram
 from proxy.compare.stats import METRICS, LatencySamples
 from proxy.compare.tally import (
     LATENCY_WINDOW,
+    ErrorPairs,
     LatencyRow,
     Pairs,
     Tails,
@@ -72,6 +73,7 @@ class StoreAggregates:
     admission: AdmissionCounts | None = None  # None: a store from before it was counted
     pairs: dict[str, Pairs] = field(default_factory=dict)
     tails: Tails = field(default_factory=dict)  # every quantile sample in scope, bucketed
+    error_pairs: ErrorPairs | None = None  # old's and new's errors on the same requests
 
     def gate_inputs(self) -> GateInputs:
         """What `proxy.compare.gate.evaluate` judges (cancelled requests left out): the
@@ -88,6 +90,7 @@ class StoreAggregates:
             admission=self.admission,
             pairs=self.pairs,
             tails=self.tails,
+            error_pairs=self.error_pairs,
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -206,6 +209,15 @@ class TailState:
     tails: dict[str, dict[str, LogHistogram]] = field(default_factory=dict)
 
 
+_FAILED = "(c.error IS NOT NULL OR c.status IS NULL OR c.status >= 400)"  # not cancelled
+# `tally.ErrorPairs`: records with an uncancelled capture of both old and new (by version).
+_ERROR_PAIRS = ("SELECT COUNT(*), COALESCE(SUM(new_err AND NOT old_err), 0),"
+                " COALESCE(SUM(old_err AND NOT new_err), 0) FROM ("
+                f" SELECT MAX(CASE WHEN {_VERSION} = 'primary' THEN {_FAILED} END) AS old_err,"
+                f" MAX(CASE WHEN {_VERSION} = 'shadow' THEN {_FAILED} END) AS new_err"
+                " FROM capture c JOIN w ON w.id = c.exchange_id"
+                " WHERE c.cancelled = 0 AND c.role != 'baseline' GROUP BY c.exchange_id)"
+                " WHERE old_err IS NOT NULL AND new_err IS NOT NULL")
 _COMPLETE = ("c.error IS NULL AND c.cancelled = 0 AND c.e2e_s IS NOT NULL"
              " AND c.status IS NOT NULL AND c.status < 400")
 
@@ -241,8 +253,7 @@ def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = Non
         " AND w.det = 1 AND c.first_divergence IS NOT NULL"
         " AND (c.against != 'baseline' OR w.noise) ORDER BY c.exchange_id", params).fetchall()
     captures = db.execute(
-        f"{scope} SELECT {_VERSION}, c.cancelled,"
-        " (c.error IS NOT NULL OR c.status IS NULL OR c.status >= 400), c.finish_reason,"
+        f"{scope} SELECT {_VERSION}, c.cancelled, {_FAILED}, c.finish_reason,"
         f" COUNT(*) FROM capture c JOIN w ON w.id = c.exchange_id WHERE {_COUNTED}"
         " GROUP BY 1, 2, 3, 4", params).fetchall()
     # The complete captures of the newest `latency_window` records as `tally.LatencyRow`s
@@ -255,8 +266,10 @@ def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = Non
         f" AND {_COUNTED} AND {_COMPLETE}"
         " ORDER BY c.exchange_id", params).fetchall()
     records = db.execute(f"{scope} SELECT COUNT(*) FROM w", params).fetchone()[0]
+    n, new_only, old_only = db.execute(f"{scope} {_ERROR_PAIRS}", params).fetchone()
     return replace(aggregate_rows(int(records), comparisons, first_divergences, captures,
-                                  latency), tails=frozen_tails(state.tails))
+                                  latency), tails=frozen_tails(state.tails),
+                   error_pairs=ErrorPairs(int(n), int(new_only), int(old_only)))
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@ the same inputs from the same records (counts, close matches, samples, lengths, 
 
 The records are varied on purpose: streamed and unstreamed, a baseline asked streamed or
 not, errors, HTTP failures, cancellations, missing token counts, close divergences, and
-exchanges without a shadow or a baseline. Before the fold was shared, the store dropped
-`close` and every output length (the live gate skipped its length check).
+exchanges without a shadow or a baseline (the error pairs need both old and new). Before
+the fold was shared, the store dropped `close` and every output length (the live gate
+skipped its length check).
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ def test_store_and_memory_build_the_same_gate_inputs(tmp_path, seed) -> None:
     assert from_store.pairs["output_tokens"].new
     assert from_store.pairs["ttft"].basis == "capture worker"
     assert from_store.new_vs_old.close > 0
+    pairs = from_store.error_pairs
+    assert pairs is not None and pairs == from_memory.error_pairs
+    assert pairs.new_only > 0 and pairs.old_only > 0
 
 
 def test_the_latency_window_means_the_same_records(tmp_path) -> None:

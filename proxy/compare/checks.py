@@ -15,8 +15,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from proxy.compare.criteria import GateCriteria
-from proxy.compare.sequential import mean_bounds
-from proxy.compare.tally import GateInputs
+from proxy.compare.sequential import (
+    Side,
+    mean_bounds,
+    paired_excess_bound,
+    paired_excess_test,
+)
+from proxy.compare.tally import ErrorPairs, GateInputs
 
 Status = Literal["pass", "fail", "inconclusive"]
 MOST_SCALE = 64.0  # "more samples" is searched up to this many times the current ones
@@ -171,6 +176,10 @@ def error_rate(inputs: GateInputs, c: GateCriteria) -> Check:
                              "old": {"requests": n_old, "errors": e_old}, "excess": excess}
     if n_new == 0:
         return Check("errors", "inconclusive", "no requests of the new version completed", facts)
+    pairs = inputs.error_pairs
+    if pairs is not None and pairs.n > 0 and c.looks == "continuous":
+        return _paired_errors(pairs, facts, (e_new, n_new), (e_old, n_old), c)
+    facts["basis"] = "unpaired"
 
     def judge(scale: float) -> tuple[Status, float, float, float, float]:
         # fail: new's lower and old's upper bound on the fail side's alpha; pass: new's
@@ -199,6 +208,44 @@ def error_rate(inputs: GateInputs, c: GateCriteria) -> Check:
     return Check("errors", "inconclusive", f"{text}: upper bound {high - o_low - excess:.3f} "
                  f"over; {needs_text(more, 'requests')}", facts,
                  Need(more, high - o_low - excess))
+
+
+def _paired_errors(pairs: ErrorPairs, facts: dict[str, object], new: tuple[int, int],
+                   old: tuple[int, int], c: GateCriteria) -> Check:
+    """The error check on pairs (`sequential.paired_excess_test`): one test a side, so each
+    spends its side's whole alpha, where the unpaired check's two bounds share it."""
+    excess = c.max_error_rate_excess
+    pass_side, fail_side = c.pass_alpha(), c.fail_alpha()
+
+    def judge(scale: float) -> Status:
+        n, up, down = pairs.n * scale, pairs.new_only * scale, pairs.old_only * scale
+        if paired_excess_test(n, up, down, excess, fail_side, "fail").rejects:
+            return "fail"
+        passed = paired_excess_test(n, up, down, excess, pass_side, "pass").rejects
+        return "pass" if passed else "inconclusive"
+
+    status = judge(1.0)
+    shown = (pairs.n, pairs.new_only, pairs.old_only)
+    low = paired_excess_bound(*shown, fail_side, "fail")
+    high = paired_excess_bound(*shown, pass_side, "pass")
+    sides: tuple[tuple[Side, float], ...] = (("pass", pass_side), ("fail", fail_side))
+    evidence = {side: paired_excess_test(*shown, excess, alpha, side).log_wealth
+                for side, alpha in sides}
+    facts.update(basis="paired", pairs={"n": pairs.n, "new_only": pairs.new_only,
+                                        "old_only": pairs.old_only},
+                 limit=excess, excess_bounds=[low, high], log_wealth=evidence,
+                 log_threshold={"pass": math.log(1 / pass_side),
+                                "fail": math.log(1 / fail_side)})
+    (e_new, n_new), (e_old, n_old) = new, old
+    text = (f"new error rate {e_new / n_new:.3f} ({e_new}/{n_new}) vs old's "
+            f"{e_old / n_old if n_old else 0:.3f} ({e_old}/{n_old}) + {excess:g}; paired, "
+            f"{pairs.n} pairs ({pairs.new_only} new-only, {pairs.old_only} old-only "
+            f"errors), new - old bounds {low:+.3f}..{high:+.3f}")
+    if status != "inconclusive":
+        return Check("errors", status, text, facts)
+    more = more_samples(pairs.n, lambda k: judge(k) == "pass")
+    return Check("errors", "inconclusive", f"{text}: upper bound {high - excess:.3f} over; "
+                 f"{needs_text(more, 'pairs')}", facts, Need(more, high - excess))
 
 
 def length_shift(old: Sequence[float], new: Sequence[float],

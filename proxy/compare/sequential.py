@@ -16,20 +16,31 @@ and by Ville's inequality P(exists t: M_t(p) >= 1/alpha) <= alpha. Hence
 - `quantile_ranks` / `quantile_bounds`: at the true p-quantile q, #{x_i <= q} is a sum of
   Bernoulli(p) (sub-Bernoulli with ties), so the counts M_t accepts bound the ranks
   between which q lies (Howard & Ramdas 2022, fixed-quantile sequences); the prior
-  Beta(c p, c (1 - p)) is centred on p and tuned for power, never for validity.
+  Beta(c p, c (1 - p)) is centred on p and tuned for power, never for validity;
+- `paired_excess_test`: a betting test on pairs D_i = err_new_i - err_old_i in {-1, 0, 1}
+  (both versions answered request i): for H0 E[D] >= delta the wealth
+  W(lam) = prod_i (1 - lam (D_i - delta)), lam in [0, 1/(1 - delta)], has factors >= 0
+  with mean <= 1 under H0 (for the fail side's H0' E[D] <= delta, prod (1 + lam (D_i -
+  delta)), lam in [0, 1/(1 + delta)]); a mixture over lam with weights fixed in advance
+  is again a test supermartingale, so by Ville "reject when it reaches 1/alpha" errs with
+  probability <= alpha over every look. The product is order-free: it depends only on
+  the counts of pairs, new-only and old-only errors.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["mean_bounds", "mean_bounds_array", "quantile_bounds", "quantile_prior",
-           "quantile_rank_table", "quantile_ranks"]
+__all__ = ["PairedTest", "Side", "mean_bounds", "mean_bounds_array", "paired_excess_bound",
+           "paired_excess_test", "paired_log_wealth", "paired_log_wealth_array",
+           "quantile_bounds", "quantile_prior", "quantile_rank_table", "quantile_ranks"]
 
 _JEFFREYS = (0.5, 0.5)
 _BISECT_STEPS = 60
@@ -180,3 +191,122 @@ def quantile_bounds(ordered: Sequence[float], p: float,
     lower = ordered[low_count - 1] if low_count >= 1 else None
     upper = ordered[high_count] if high_count < n else None
     return lower, upper
+
+
+Side = Literal["pass", "fail"]
+# The paired test's bets: lam_max * 2^(-k/2), k = 0..13 (lam_max = 1/(1 -+ delta), the
+# largest bet with factors >= 0), down to ~0.011 lam_max. The pass side puts half its
+# weight on lam_max: most versions have no errors on most requests, and that bet gains
+# ln(1 + delta/(1 - delta)) a pair without errors (an error-free version passes after
+# ln(2/alpha) / ln(1 + delta/(1 - delta)) pairs: 367 at alpha 0.05, delta 0.01), and
+# any new-only error zeroes it; the other half, spread evenly over the smaller bets, keeps
+# versions with a few percent errors on both sides decidable. The fail side has no common
+# case to favour: even weights. Fixed here, before any data.
+PAIRED_BETS = 14
+_SCALES = 2.0 ** (-np.arange(PAIRED_BETS) / 2)
+_LOG_WEIGHTS: dict[Side, NDArray[np.float64]] = {
+    "pass": np.log(np.r_[0.5, np.full(PAIRED_BETS - 1, 0.5 / (PAIRED_BETS - 1))]),
+    "fail": np.log(np.full(PAIRED_BETS, 1.0 / PAIRED_BETS)),
+}
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """One side of the paired error test at one look: whether it rejects (log wealth at or
+    past ln(1/alpha))."""
+
+    rejects: bool
+    log_wealth: float
+    threshold: float  # ln(1/alpha)
+
+
+def _times_log(count: NDArray[np.float64], log_factor: NDArray[np.float64],
+               ) -> NDArray[np.float64]:
+    """count * log_factor with 0 * -inf = 0 (a bet that lost everything on a kind of pair
+    that has not occurred)."""
+    with np.errstate(invalid="ignore"):
+        out: NDArray[np.float64] = np.where(count > 0, count * log_factor, 0.0)
+    return out
+
+
+def paired_log_wealth_array(n: NDArray[np.float64] | float,
+                            new_only: NDArray[np.float64] | float,
+                            old_only: NDArray[np.float64] | float, delta: float,
+                            side: Side) -> NDArray[np.float64]:
+    """log of the mixture wealth after n pairs (`new_only`: new errored, old did not;
+    `old_only`: the reverse), elementwise over arrays; counts may be fractional (the
+    projection of more samples scales them)."""
+    if not -1 < delta <= 1:
+        raise ValueError(f"delta must be within (-1, 1], got {delta!r}")
+    if side not in _LOG_WEIGHTS:
+        raise ValueError(f"side must be 'pass' or 'fail', got {side!r}")
+    shape = np.broadcast(np.asarray(n), np.asarray(new_only), np.asarray(old_only)).shape
+    total, up, down = (np.broadcast_to(np.asarray(v, dtype=float), shape)[..., None]
+                       for v in (n, new_only, old_only))
+    sign = 1.0 if side == "pass" else -1.0  # pass: 1 - lam (D - delta); fail: 1 + lam (...)
+    # delta 1 on the pass side: any bet is safe (a new-only error costs nothing), and the
+    # first pair that is not new-only decides
+    lam = _SCALES / max(1 - sign * delta, 1e-12)
+    with np.errstate(divide="ignore"):
+        log_up = np.log1p(np.maximum(-sign * lam * (1 - delta), -1.0))
+        log_down = np.log1p(np.maximum(sign * lam * (1 + delta), -1.0))
+        log_same = np.log1p(sign * lam * delta)
+    terms = (_LOG_WEIGHTS[side] + _times_log(up, log_up) + _times_log(down, log_down)
+             + _times_log(total - up - down, log_same))
+    top = np.max(terms, axis=-1)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        out: NDArray[np.float64] = safe + np.log(np.sum(np.exp(terms - safe[..., None]),
+                                                        axis=-1))
+    return out
+
+
+def paired_log_wealth(n: float, new_only: float, old_only: float, delta: float,
+                      side: Side) -> float:
+    """`paired_log_wealth_array` for one set of counts."""
+    return float(paired_log_wealth_array(n, new_only, old_only, delta, side))
+
+
+def paired_excess_test(n: float, new_only: float, old_only: float, delta: float,
+                       alpha: float, side: Side) -> PairedTest:
+    """The paired error test on counts: side "pass" rejects E[err_new - err_old] >= delta
+    (new is not worse than old by delta or more), side "fail" rejects E[...] <= delta; each
+    wrong with probability <= alpha over every look."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be within (0, 1), got {alpha!r}")
+    if not 0 <= new_only + old_only <= n or new_only < 0 or old_only < 0:
+        raise ValueError(f"need 0 <= new_only + old_only <= n, got new_only={new_only!r}, "
+                         f"old_only={old_only!r}, n={n!r}")
+    log_wealth = paired_log_wealth(n, new_only, old_only, delta, side)
+    threshold = math.log(1 / alpha)
+    return PairedTest(log_wealth >= threshold, log_wealth, threshold)
+
+
+def paired_excess_bound(n: float, new_only: float, old_only: float, alpha: float,
+                        side: Side) -> float:
+    """The test inverted (a confidence sequence for E[err_new - err_old]): side "pass" the
+    smallest delta the pass side rejects E[D] >= delta at (an upper bound), "fail" the
+    largest delta the fail side rejects E[D] <= delta at (a lower bound). Rejection is
+    monotone in delta on both sides (with the bets scaled by lam_max every factor is)."""
+    level = math.log(1 / alpha)
+
+    def rejects(delta: float) -> bool:
+        return paired_log_wealth(n, new_only, old_only, delta, side) >= level
+
+    edge = 1 - 1e-9
+    if side == "pass":
+        outside, inside = -edge, edge  # outside: not rejected
+        if rejects(outside):
+            return -1.0
+        if not rejects(inside):
+            return 1.0
+    else:
+        outside, inside = edge, -edge
+        if rejects(outside):
+            return 1.0
+        if not rejects(inside):
+            return -1.0
+    for _ in range(_BISECT_STEPS // 2):
+        mid = (outside + inside) / 2
+        outside, inside = (outside, mid) if rejects(mid) else (mid, inside)
+    return inside

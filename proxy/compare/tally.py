@@ -118,6 +118,35 @@ class AdmissionCounts:
 
 
 @dataclass(frozen=True)
+class ErrorPairs:
+    """Requests both old ("primary") and new ("shadow") answered, not cancelled: how many,
+    and on how many only new's answer failed (`new_only`) or only old's (`old_only`).
+    Deterministic or not: an error needs no comparable answer."""
+
+    n: int = 0
+    new_only: int = 0
+    old_only: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.n, self.new_only, self.old_only) < 0 \
+                or self.new_only + self.old_only > self.n:
+            raise ValueError("need 0 <= new_only + old_only <= n, got "
+                             f"{self.new_only!r} + {self.old_only!r} of {self.n!r}")
+
+    @classmethod
+    def of(cls, records: Iterable[ExchangeRecord]) -> ErrorPairs:
+        n = new_only = old_only = 0
+        for record in records:
+            failed = {cap.role: not complete(cap) for cap in record.captures
+                      if not cap.cancelled and cap.role in ("primary", "shadow")}
+            if len(failed) == 2:
+                n += 1
+                new_only += failed["shadow"] and not failed["primary"]
+                old_only += failed["primary"] and not failed["shadow"]
+        return cls(n, new_only, old_only)
+
+
+@dataclass(frozen=True)
 class Pairs:
     """One quantity measured on both sides of the same requests, in arrival order: `old[i]`
     and `new[i]` answer one request. `basis` says how both sides were timed: "capture
@@ -169,6 +198,9 @@ class GateInputs:
     # Every sample of TAIL_METRICS since evidence began (records and the store keep them;
     # empty: the quantile checks read `latency`).
     tails: Tails = field(default_factory=dict)
+    # Old's and new's errors on the same requests (None: the source cannot pair them, as
+    # Prometheus cannot; the error check is then judged unpaired).
+    error_pairs: ErrorPairs | None = None
 
     @classmethod
     def from_records(cls, records: Iterable[ExchangeRecord],
@@ -203,6 +235,7 @@ class GateInputs:
             errors=errors,
             pairs=pairs,
             tails=tails,
+            error_pairs=ErrorPairs.of(records),
         )
 
 
