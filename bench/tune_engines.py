@@ -20,9 +20,11 @@ rounds. The two rankings are printed side by side: tune's by its paired answer-t
 to old (the race's own measure), bench serve's by median end-to-end latency relative to
 old's configuration measured in the same round.
 
-Two engines run at once during the race (old and one candidate) on two cores: each slows
-the other, which is why the race compares a candidate with old on the same requests at the
-same moment and why candidates race in turn (`--parallel 1`) rather than side by side.
+Two engines run at once during the race (old and one candidate) on two cores: unpinned,
+their OpenMP threads spin against each other and one answers 10-200x slower, so on the CPU
+each computes on a core of its own (`VLLM_CPU_OMP_THREADS_BIND`: old on core 0, the
+candidate on core 1) and candidates race in turn (`--parallel 1`). Alone under `vllm bench
+serve`, every configuration computes on core 0 and the bench client runs on core 1.
 The gate runs at its defaults except the p99 ratios (off: a p99 bound needs thousands of
 answers, more than a bench on CPU engines should wait for; see docs/GATE.md).
 """
@@ -64,8 +66,15 @@ OLD_ARGS = ("--model", "/models/tiny", "--served-model-name", MODEL, "--port", "
             "--max-num-seqs", "2")
 CANDIDATES = {"seqs8": "--max-num-seqs 8", "seqs1": "--max-num-seqs 1",
               "fp32": "--dtype float32"}
+# Each CPU engine computes on a core of its own: old (and every config measured alone) on
+# core 0, the racing candidate on core 1, vllm bench serve's client on core 1. Two engines
+# whose OpenMP threads float over the same 2 cores spin against each other and one of them
+# answers 10-200x slower (measured on this project's machines; a first run of this script unpinned
+# measured both candidates 13-14x slower than old, seqs8 included).
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+           "VLLM_CPU_OMP_THREADS_BIND": "0"}
+CPU_CANDIDATE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "1"}
+CPU_BENCH_CPUS = "1"
 GATE_FLAGS = ("--gate-max-ttft-p99-ratio", "0", "--gate-max-tpot-p99-ratio", "0",
               "--gate-max-tpot-unstreamed-p99-ratio", "0")
 
@@ -88,6 +97,10 @@ class Setup:
     parallel: int = 1
     different_answers: frozenset[str] = frozenset()  # left out of the speed ranking
     mounts: tuple[str, ...] = ()  # HOST_PATH:CONTAINER_PATH, read-only
+    # Set on the candidates' containers only during the race (over `env`).
+    candidate_env: dict[str, str] = field(default_factory=dict)
+    bench_cpus: str | None = None  # taskset list for vllm bench serve's client
+
 
 @dataclass
 class Served:
@@ -164,8 +177,11 @@ def _race(client: Any, setup: Setup, network: str, work: Path, clients: int,
                         "--report-only", "--max-duration", f"{max_duration_s:g}"]
                 for gpus in setup.new_gpus:
                     argv += ["--new-gpus", gpus]
+                env_words = " ".join(shlex.quote(f"{k}={v}")
+                                     for k, v in setup.candidate_env.items())
                 for name, extra in setup.candidates.items():
-                    argv += ["--candidate", f"{name}={extra}"]
+                    words = " ".join(w for w in (env_words, extra) if w)
+                    argv += ["--candidate", f"{name}={words}"]
                 started = _tune_cli(proxy, *argv)
                 if started.returncode != 0:
                     raise SystemExit(f"tune start failed: {started.stderr}")
@@ -191,7 +207,9 @@ def _race(client: Any, setup: Setup, network: str, work: Path, clients: int,
 
 def _bench_serve(setup: Setup, url: str, clients: int, prompts: int, out: Path) -> Served:
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [setup.bench_python, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+    pin = (["taskset", "-c", setup.bench_cpus]
+           if setup.bench_cpus and shutil.which("taskset") else [])
+    cmd = [*pin, setup.bench_python, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
            "--backend", "vllm", "--base-url", url, "--model", setup.model,
            "--tokenizer", setup.tokenizer, "--dataset-name", "random",
            "--random-input-len", "32", "--random-output-len", "16", "--ignore-eos",
@@ -265,7 +283,8 @@ def _setup(args: argparse.Namespace, client: Any, work: Path) -> Setup:
         image = ImageBuilder(client, work / "image").vllm(model_dir)
         return Setup(image, OLD_ARGS, candidates, MODEL, str(model_dir), vllm_python,
                      dict(CPU_ENV), different_answers=frozenset(args.different_answers
-                                                                or ["fp32"]))
+                                                                or ["fp32"]),
+                     candidate_env=dict(CPU_CANDIDATE_ENV), bench_cpus=CPU_BENCH_CPUS)
     if not (args.old_args and args.model and args.tokenizer):
         raise SystemExit("--image needs --old-args, --model and --tokenizer")
     return Setup(args.image, tuple(shlex.split(args.old_args)), candidates, args.model,
