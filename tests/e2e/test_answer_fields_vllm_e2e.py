@@ -130,9 +130,9 @@ def test_a_differing_engine_is_caught_on_tool_calls_and_responses(
 def test_an_identical_replica_matches_on_every_field(tool_trio: Trio, tmp_path: Path) -> None:
     """100 requests, enough for the match-rate check's anytime-valid lower bound to clear
     0.9 at the default confidence. The whole verdict is not asserted to pass: at the
-    defaults the error-rate check alone needs about 1,000 error-free answers a side, more
-    than three CPU engines serve in a test; identical versions promoted at the defaults are
-    shown on the sims (tests/e2e/test_gate_tail_cutover_e2e.py, test_cutover_unstreamed_e2e)."""
+    defaults the error-rate check needs about 360 error-free pairs and the p99 checks
+    thousands of samples, more than three CPU engines serve in a test; identical versions
+    promoted at the defaults are shown on the sims (tests/e2e/test_gate_tail_cutover_e2e.py, test_cutover_unstreamed_e2e)."""
     trio = tool_trio
     requests = traffic(50)
     assert differing(trio.old_a.url, trio.old_b.url, requests) == {
