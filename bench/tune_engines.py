@@ -163,7 +163,7 @@ def _tune_cli(proxy: CutoverProxy, *args: str) -> subprocess.CompletedProcess[st
 
 
 def _race(client: Any, setup: Setup, network: str, work: Path, clients: int,
-          max_duration_s: float) -> dict[str, Any]:
+          max_duration_s: float, pause_s: float) -> dict[str, Any]:
     """The tune: old behind the proxy, the candidates raced; its status as JSON."""
     tag = uuid.uuid4().hex[:6]
     with _engine(client, setup, network, f"vllm-old-tune-{tag}", list(setup.old_args),
@@ -171,7 +171,8 @@ def _race(client: Any, setup: Setup, network: str, work: Path, clients: int,
         proxy = CutoverProxy(work / "proxy", url, gate_args=GATE_FLAGS)
         proxy.start()
         try:
-            with LoadThread(proxy.url, setup.model, clients=clients, max_tokens=16) as load:
+            with LoadThread(proxy.url, setup.model, clients=clients, max_tokens=16,
+                            pause_s=pause_s) as load:
                 wait_count(load, 2 * clients, 180)
                 argv = ["start", "--old", old.name, "--parallel", str(setup.parallel),
                         "--report-only", "--max-duration", f"{max_duration_s:g}"]
@@ -303,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="bench serve prompts per run (default 48)")
     parser.add_argument("--max-duration", type=float, default=240.0,
                         help="the race's --max-duration, seconds (default 240)")
+    parser.add_argument("--pause", type=float, default=0.0, metavar="S",
+                        help="each client's think time between requests during the race "
+                        "(default 0: closed loop at old's pace; on two cores give one, so "
+                        "that a candidate on the shared core does not build a queue)")
     parser.add_argument("--skip-tune", action="store_true", help="only bench serve")
     parser.add_argument("--json-out", type=Path)
     own = parser.add_argument_group("your engines (bench/tune_gpu.md; default: the CPU run)")
@@ -339,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status: dict[str, Any] = {}
         if not args.skip_tune:
-            status = _race(client, setup, network.name, work, args.clients, args.max_duration)
+            status = _race(client, setup, network.name, work, args.clients, args.max_duration,
+                           args.pause)
             by_name = {c["name"]: c for c in status.get("candidates", [])}
             for row in rows[1:]:
                 row.tune = by_name.get(row.name, {})

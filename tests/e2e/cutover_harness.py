@@ -132,9 +132,9 @@ class LoadThread:
     cutover while `clients` requests stream through the proxy."""
 
     def __init__(self, url: str, model: str, clients: int = 32, max_tokens: int = 24,
-                 stream: bool | None = None) -> None:
+                 stream: bool | None = None, pause_s: float = 0.0) -> None:
         self.load = SteadyLoad(url, model, clients=clients, max_tokens=max_tokens,
-                               stream=stream)
+                               stream=stream, pause_s=pause_s)
         self._loop = asyncio.new_event_loop()
         self._stop = asyncio.Event()
         self._result: SteadyResult | None = None
