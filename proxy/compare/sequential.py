@@ -197,8 +197,9 @@ Side = Literal["pass", "fail"]
 # The paired test's bets: lam_max * 2^(-k/2), k = 0..13 (lam_max = 1/(1 -+ delta), the
 # largest bet with factors >= 0), down to ~0.011 lam_max. The pass side puts half its
 # weight on lam_max: most versions have no errors on most requests, and that bet gains
-# ln(1 + delta/(1 - delta)) a pair without errors (an error-free version passes after
-# ln(2/alpha) / ln(1 + delta/(1 - delta)) pairs: 367 at alpha 0.05, delta 0.01), and
+# ln(1 + delta/(1 - delta)) a pair without errors (that bet alone passes an error-free
+# version after ln(2/alpha) / ln(1 + delta/(1 - delta)) pairs: 367 at alpha 0.05, delta
+# 0.01; the whole mixture, whose smaller bets add a little, after 360), and
 # any new-only error zeroes it; the other half, spread evenly over the smaller bets, keeps
 # versions with a few percent errors on both sides decidable. The fail side has no common
 # case to favour: even weights. Fixed here, before any data.
