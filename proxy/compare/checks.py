@@ -224,16 +224,17 @@ def _paired_errors(pairs: ErrorPairs, facts: dict[str, object], new: tuple[int, 
         passed = paired_excess_test(n, up, down, excess, pass_side, "pass").rejects
         return "pass" if passed else "inconclusive"
 
-    status = judge(1.0)
     shown = (pairs.n, pairs.new_only, pairs.old_only)
+    sides: tuple[tuple[Side, float], ...] = (("pass", pass_side), ("fail", fail_side))
+    tests = {side: paired_excess_test(*shown, excess, alpha, side) for side, alpha in sides}
+    status: Status = ("fail" if tests["fail"].rejects
+                      else "pass" if tests["pass"].rejects else "inconclusive")  # judge(1.0)'s rule
     low = paired_excess_bound(*shown, fail_side, "fail")
     high = paired_excess_bound(*shown, pass_side, "pass")
-    sides: tuple[tuple[Side, float], ...] = (("pass", pass_side), ("fail", fail_side))
-    evidence = {side: paired_excess_test(*shown, excess, alpha, side).log_wealth
-                for side, alpha in sides}
     facts.update(basis="paired", pairs={"n": pairs.n, "new_only": pairs.new_only,
                                         "old_only": pairs.old_only},
-                 limit=excess, excess_bounds=[low, high], log_wealth=evidence,
+                 limit=excess, excess_bounds=[low, high],
+                 log_wealth={side: test.log_wealth for side, test in tests.items()},
                  log_threshold={"pass": math.log(1 / pass_side),
                                 "fail": math.log(1 / fail_side)})
     (e_new, n_new), (e_old, n_old) = new, old

@@ -78,10 +78,11 @@ def mean_bounds(total: float, n: int, alpha: float) -> tuple[float, float]:
     return low, high
 
 
-def _bisect(inside: Callable[[float], bool], outside_p: float, inside_p: float) -> float:
+def _bisect(inside: Callable[[float], bool], outside_p: float, inside_p: float,
+            steps: int = _BISECT_STEPS) -> float:
     """The boundary between an excluded p and an accepted one (the set is an interval)."""
     out, inn = outside_p, inside_p
-    for _ in range(_BISECT_STEPS):
+    for _ in range(steps):
         mid = (out + inn) / 2
         if inside(mid):
             inn = mid
@@ -307,7 +308,4 @@ def paired_excess_bound(n: float, new_only: float, old_only: float, alpha: float
             return 1.0
         if not rejects(inside):
             return -1.0
-    for _ in range(_BISECT_STEPS // 2):
-        mid = (outside + inside) / 2
-        outside, inside = (outside, mid) if rejects(mid) else (mid, inside)
-    return inside
+    return _bisect(rejects, outside, inside, _BISECT_STEPS // 2)
