@@ -164,7 +164,7 @@ def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
 # `w`: the records in scope with `promoted` (1: the new version was primary) and
 # `noise` (1: its baseline comparison is old-vs-old noise that counts).
 _ALL = ("WITH w AS (SELECT id, deterministic AS det, stream, extra, 0 AS promoted,"
-        " 1 AS noise FROM exchange)")
+        " 1 AS noise FROM exchange{cutoff})")
 # A window is selected once into a temporary table (each record's URLs are read from its
 # JSON once, not once per query); temporary tables work on read-only connections too.
 _WINDOW_TABLE = ("CREATE TEMP TABLE IF NOT EXISTS window_scope (id INTEGER PRIMARY KEY,"
@@ -174,7 +174,7 @@ WITH u AS (
     SELECT id, deterministic AS det, stream, extra,
            json_extract(extra, '$.urls.primary') AS p, json_extract(extra, '$.urls.shadow') AS s,
            json_extract(extra, '$.urls.baseline') AS b
-    FROM exchange WHERE started_unix >= :since)
+    FROM exchange WHERE started_unix >= :since AND (:until IS NULL OR started_unix < :until))
 SELECT id, det, stream, extra, p = :new, :baseline IS NOT NULL AND p = :old AND b IS :baseline
 FROM u WHERE (p = :old AND s = :new) OR (p = :new AND s = :old)"""
 _WINDOW = "WITH w AS (SELECT * FROM temp.window_scope)"
@@ -188,25 +188,32 @@ _KIND = ("CASE WHEN NOT w.stream THEN 'unstreamed' WHEN c.role = 'baseline' AND 
          " ELSE 'streamed' END")
 
 
-def _scope(db: sqlite3.Connection, window: EvidenceWindow | None) -> str:
-    """The `w` the queries read: every record, or `window`'s (selected now)."""
-    if window is None:
-        return _ALL
+def _scope(db: sqlite3.Connection, window: EvidenceWindow | None,
+           until_unix: float | None = None) -> str:
+    """The `w` the queries read: every record, or `window`'s (selected now), of those
+    started before `until_unix` when given."""
+    if window is None:  # a float's repr is a SQL literal: nothing from outside is pasted
+        return _ALL.format(cutoff="" if until_unix is None
+                           else f" WHERE started_unix < {float(until_unix)!r}")
     with db:  # ends the implicit transaction: no read snapshot is held afterwards
         db.execute(_WINDOW_TABLE)
         db.execute("DELETE FROM temp.window_scope")
-        db.execute(_WINDOW_SELECT, {"since": window.since_unix, "old": window.old_url,
-                                    "new": window.new_url, "baseline": window.baseline_url})
+        db.execute(_WINDOW_SELECT, {"since": window.since_unix, "until": until_unix,
+                                    "old": window.old_url, "new": window.new_url,
+                                    "baseline": window.baseline_url})
     return _WINDOW
 
 
 @dataclass
 class TailState:
     """The quantile samples of one scope, grown look by look: each query reads only the
-    captures of records after `last_id` (records are written whole, in id order)."""
+    captures of records after `last_id` (records are written whole, in id order) and not
+    in `beyond` (those after `last_id` already read: with a cutoff on start times, a
+    record written later may count before one written earlier that does not count yet)."""
 
     last_id: int = 0
     tails: dict[str, dict[str, LogHistogram]] = field(default_factory=dict)
+    beyond: set[int] = field(default_factory=set)
 
 
 _FAILED = "(c.error IS NOT NULL OR c.status IS NULL OR c.status >= 400)"  # not cancelled
@@ -222,26 +229,37 @@ _COMPLETE = ("c.error IS NULL AND c.cancelled = 0 AND c.e2e_s IS NOT NULL"
              " AND c.status IS NOT NULL AND c.status < 400")
 
 
-def _grow(db: sqlite3.Connection, scope: str, state: TailState) -> None:
-    rows = db.execute(
+def _grow(db: sqlite3.Connection, scope: str, state: TailState,
+          until_unix: float | None = None) -> None:
+    rows = [row for row in db.execute(
         f"{scope} SELECT c.exchange_id, {_VERSION}, {_KIND}, c.ttft_s, c.e2e_s,"
         " c.output_tokens FROM capture c JOIN w ON w.id = c.exchange_id"
         f" WHERE c.exchange_id > :after AND {_COUNTED} AND {_COMPLETE}",
-        {"after": state.last_id}).fetchall()
+        {"after": state.last_id}).fetchall() if int(row[0]) not in state.beyond]
     grow_tails(state.tails, (LatencyRow(int(exchange), role, kind, ttft, e2e, tokens)
                              for exchange, role, kind, ttft, e2e, tokens in rows))
-    state.last_id = max([state.last_id, *(int(row[0]) for row in rows)])
+    read = state.beyond | {int(row[0]) for row in rows}
+    # Every record up to the first one written but started at or after the cutoff has
+    # been read; those after it that were read are remembered until it counts.
+    first_later = None if until_unix is None else db.execute(
+        "SELECT MIN(id) FROM exchange WHERE id > :after AND started_unix >= :until",
+        {"after": state.last_id, "until": until_unix}).fetchone()[0]
+    state.last_id = max([state.last_id, *read]) if first_later is None \
+        else max(state.last_id, int(first_later) - 1)
+    state.beyond = {i for i in read if i > state.last_id}
 
 
 def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = None,
                      latency_window: int = LATENCY_WINDOW,
-                     tails: TailState | None = None) -> StoreAggregates:
-    """Counts over the records in scope (all, or `window`'s); latency samples from the
-    newest `latency_window` of them; the quantile samples of all of them, grown from
-    `tails` (the state of the same scope at the previous call) when given."""
-    scope = _scope(db, window)
+                     tails: TailState | None = None,
+                     until_unix: float | None = None) -> StoreAggregates:
+    """Counts over the records in scope (all, or `window`'s, of those started before
+    `until_unix` when given); latency samples from the newest `latency_window` of them;
+    the quantile samples of all of them, grown from `tails` (the state of the same scope
+    at the previous call, with a cutoff that never moved back) when given."""
+    scope = _scope(db, window, until_unix)
     state = tails if tails is not None else TailState()
-    _grow(db, scope, state)
+    _grow(db, scope, state, until_unix)
     params = {"latency_window": latency_window}
     comparisons = db.execute(
         f"{scope} SELECT c.against, c.outcome, w.det, COALESCE(c.close_match, 0), COUNT(*)"

@@ -277,15 +277,17 @@ class SqliteStore:
                               captures=tuple(captures), comparisons=comparisons, extra=extra)
 
     def aggregates(self, latency_window: int = LATENCY_WINDOW,
-                   window: EvidenceWindow | None = None) -> StoreAggregates:
+                   window: EvidenceWindow | None = None,
+                   until_unix: float | None = None) -> StoreAggregates:
         """Counts over all kept rows, or over the cutover evidence `window` (labelled by
-        version: see `proxy.aggregates`); latency samples from the newest
-        `latency_window` rows of them."""
+        version: see `proxy.aggregates`), of the records started before `until_unix` when
+        given (a cutoff that never moves back from one call to the next); latency samples
+        from the newest `latency_window` rows of them."""
         state = self._tails.pop(window, None) or TailState()
         self._tails[window] = state
         while len(self._tails) > TAIL_SCOPES:
             self._tails.popitem(last=False)
-        return replace(query_aggregates(self._db, window, latency_window, state),
+        return replace(query_aggregates(self._db, window, latency_window, state, until_unix),
                        admission=self.admission(window))
 
     def pairs(self) -> list[PairSeen]:

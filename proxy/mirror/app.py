@@ -302,7 +302,7 @@ async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
     app[TASKS_KEY] = tasks
     mirror = app[MIRROR_KEY] = Mirror(config.mirror, tasks, app[METRICS_KEY], app[STORE_KEY])
     app[EVIDENCE_KEY] = LocalEvidence(app[STORE_KEY], config.gate, app[METRICS_KEY],
-                                      mirror.flush_admission)
+                                      mirror.flush_admission, mirror.judged_until)
     # Once before serving: the gauge shows the kept records' verdict at once, and the
     # statistics code (scipy: ~0.5 s to import) is loaded now, not on the store thread
     # mid-traffic, where holding the GIL that long would stall every client.
@@ -310,7 +310,8 @@ async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
     await current_verdict(app[STORE_KEY], config.gate, app[METRICS_KEY])
     watchers = _watch(mirror, config)
     watchers.append(start_task(refresh_verdict_forever(
-        app[STORE_KEY], config.gate, app[METRICS_KEY], config.gate_refresh_s),
+        app[STORE_KEY], config.gate, app[METRICS_KEY], config.gate_refresh_s,
+        mirror.judged_until),
         "verdict-refresh"))
     yield
     await cancel_all(watchers)

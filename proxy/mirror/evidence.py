@@ -43,18 +43,21 @@ class LocalEvidence:
     """The proxy's own store and metrics (in-process mode)."""
 
     def __init__(self, store: RecordStore, criteria: GateCriteria, metrics: ProxyMetrics,
-                 flush: Callable[[], None]) -> None:
+                 flush: Callable[[], None], judged_until: Callable[[], float]) -> None:
         self.store = store
         self.criteria = criteria
         self._metrics = metrics
         self._flush = flush
+        self._judged_until = judged_until  # `Mirror.judged_until`
 
     async def gate(self) -> GateResult:
         self._flush()
-        return await current_verdict(self.store, self.criteria, self._metrics)
+        return await current_verdict(self.store, self.criteria, self._metrics,
+                                     self._judged_until)
 
     async def window_gate(self, window: EvidenceWindow) -> GateResult:
-        return await self.store.call(judge_window, self.criteria, window)
+        return await self.store.call(judge_window, self.criteria, window,
+                                     self._judged_until())
 
     async def aggregates(self) -> dict[str, Any]:
         self._flush()

@@ -68,6 +68,22 @@ class Mirror(Admission):
         self.tokenize_slots = asyncio.Semaphore(config.tokenize_concurrency)
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
+        # The start time and shadow URL of every exchange not yet recorded (by request
+        # id), and the newest cutoff given out for each shadow (`judged_until`).
+        self.open_starts: dict[str, tuple[float, str | None]] = {}
+        self._until: dict[str | None, float] = {}
+
+    def judged_until(self, shadow: str | None = None) -> float:
+        """The cutoff the gate may judge before: every exchange started earlier (to
+        `shadow` only, when given) has been recorded or dropped. Records are written when
+        an exchange ends, so judging every record written would judge the quick answers
+        while a slow or hung one is still out: a version that hangs until the shadow
+        timeout on some requests would pass on its survivors. Never moves back (a start
+        the relay reports late is after it)."""
+        oldest = min((started for started, url in self.open_starts.values()
+                      if shadow is None or url == shadow), default=time.time())
+        until = self._until[shadow] = max(self._until.get(shadow, 0.0), oldest)
+        return until
 
     def start(self, routes: Routes, path: str, headers: CIMultiDict[str],
               request: dict[str, Any], endpoint: Endpoint, *, admitted: bool = False,
@@ -118,6 +134,8 @@ class Exchange:
                endpoint: Endpoint) -> None:
         mirror = self.mirror
         mirror.inflight += 1
+        mirror.open_starts[self.request_id] = (
+            self.started_unix, self.routes.shadow.url if self.routes.shadow else None)
         mirror.metrics.shadow_inflight.inc()
         auth = headers.get("Authorization")
         if auth is not None:
@@ -207,6 +225,7 @@ class Exchange:
             upstream.release()
         self._held = []
         self.mirror.inflight -= 1
+        self.mirror.open_starts.pop(self.request_id, None)
         self.mirror.metrics.shadow_inflight.dec()
         if self.on_done is not None:
             self.on_done()

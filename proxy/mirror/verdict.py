@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -57,15 +57,17 @@ class GateResult:
         return result
 
 
-def _evaluate(store: SqliteStore, criteria: GateCriteria) -> GateResult:
-    return _judge(store.aggregates(), criteria)
+def _evaluate(store: SqliteStore, criteria: GateCriteria,
+              until_unix: float | None = None) -> GateResult:
+    return _judge(store.aggregates(until_unix=until_unix), criteria)
 
 
-def judge_window(store: SqliteStore, criteria: GateCriteria,
-                 window: EvidenceWindow) -> GateResult:
+def judge_window(store: SqliteStore, criteria: GateCriteria, window: EvidenceWindow,
+                 until_unix: float | None = None) -> GateResult:
     """The verdict over one cutover's evidence only, with its counts labelled by version
-    (old/new), whichever of them is primary now."""
-    aggregates = store.aggregates(window=window)
+    (old/new), whichever of them is primary now; of the records started before
+    `until_unix` when given (`Mirror.judged_until`: none still out is left behind)."""
+    aggregates = store.aggregates(window=window, until_unix=until_unix)
     versions = {version: aggregates.roles[role]
                 for version, role in VERSION_ROLES.items() if role in aggregates.roles}
     return _judge(aggregates, criteria, WindowFacts(window, aggregates.records, versions))
@@ -83,17 +85,20 @@ def _judge(aggregates: StoreAggregates, criteria: GateCriteria,
                       aggregates.baseline, window)
 
 
-async def current_verdict(store: RecordStore, criteria: GateCriteria,
-                          metrics: ProxyMetrics) -> GateResult:
-    """The verdict over every record kept; sets the verdict gauge."""
-    result = await store.call(_evaluate, criteria)
+async def current_verdict(store: RecordStore, criteria: GateCriteria, metrics: ProxyMetrics,
+                          judged_until: Callable[[], float] | None = None) -> GateResult:
+    """The verdict over every record kept (of those started before `judged_until()`:
+    `Mirror.judged_until`); sets the verdict gauge."""
+    result = await store.call(_evaluate, criteria,
+                              judged_until() if judged_until is not None else None)
     verdict = result.verdict
     metrics.set_verdict(verdict.verdict, [check.as_json() for check in verdict.checks])
     return result
 
 
 async def refresh_verdict_forever(store: RecordStore, criteria: GateCriteria,
-                                  metrics: ProxyMetrics, every_s: float) -> None:
+                                  metrics: ProxyMetrics, every_s: float,
+                                  judged_until: Callable[[], float] | None = None) -> None:
     """Keep the verdict gauge current (only when new records arrived); cancelled at shutdown."""
     seen = store.written  # the app evaluated once at startup
     while True:
@@ -102,6 +107,6 @@ async def refresh_verdict_forever(store: RecordStore, criteria: GateCriteria,
             continue
         seen = store.written
         try:
-            await current_verdict(store, criteria, metrics)
+            await current_verdict(store, criteria, metrics, judged_until)
         except Exception:  # the gauge may go stale, the proxy must not stop
             log.exception("could not evaluate the gate")

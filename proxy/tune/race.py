@@ -18,7 +18,9 @@ one by median then wins), or with no winner when none is left.
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -54,6 +56,8 @@ class Lane:
     records: list[ExchangeRecord] = field(default_factory=list)
     times_s: dict[int, float] = field(default_factory=dict)  # request number -> answer time
     old_times_s: dict[int, float] = field(default_factory=dict)
+    # Records not judged yet: an exchange that started earlier is still out (`look`).
+    held: list[tuple[int, ExchangeRecord]] = field(default_factory=list)
     verdict: Verdict | None = None
     stopped_at_requests: int | None = None
     admitted_s: float = 0.0  # when it began to race (seconds since the tune began)
@@ -202,6 +206,22 @@ class Race:
         lane = self.lanes.get(name)
         if lane is None or lane.state not in ALIVE:
             return
+        lane.held.append((number, record))
+
+    @staticmethod
+    def _release(lane: Lane, until_unix: float) -> None:
+        """Judge the held records of exchanges started before `until_unix`, in start
+        order: a candidate's quick answers must not be judged while a hung one is out."""
+        ready = sorted((item for item in lane.held if item[1].started_unix < until_unix),
+                       key=lambda item: item[1].started_unix)
+        if not ready:
+            return
+        lane.held = [item for item in lane.held if item[1].started_unix >= until_unix]
+        for number, record in ready:
+            Race._take(lane, number, record)
+
+    @staticmethod
+    def _take(lane: Lane, number: int, record: ExchangeRecord) -> None:
         lane.records.append(record)
         for capture in record.captures:
             took = answer_time_s(capture)
@@ -218,10 +238,16 @@ class Race:
         if lane.in_play:
             lane.stop("failed", reason)
 
-    def look(self, elapsed_s: float) -> list[str]:
-        """Judge every candidate still in the race; the changes made, as sentences."""
+    def look(self, elapsed_s: float,
+             until: Callable[[str], float] = lambda url: math.inf) -> list[str]:
+        """Judge every candidate still in the race, on the records of exchanges that
+        started before `until(its url)` (`Mirror.judged_until`); the changes made, as
+        sentences."""
         if self.over:
             return []
+        for lane in self.lanes.values():
+            if lane.state in ALIVE:
+                self._release(lane, until(lane.url))
         changes = [self._judge(lane) for lane in self.lanes.values() if lane.state in ALIVE]
         changes += self._rank()
         changes += self._deadlines(elapsed_s)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -89,6 +90,9 @@ class TuneService:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self.race: Race | None = None
+        # Each candidate's cutoff on start times (`Mirror.judged_until` of the candidates'
+        # mirror, which sets it): the race judges no record while an earlier one is out.
+        self.judged_until: Callable[[str], float] = lambda url: math.inf
         self.spec: TuneSpec | None = None
         self.state: dict[str, Any] | None = None  # what status shows and the file keeps
         self._containers: Lineup | None = None  # container mode's candidates
@@ -299,7 +303,7 @@ class TuneService:
             await lineup.tend(race, spec, self._elapsed_s)
             while not race.over:
                 await asyncio.sleep(self._tick_s)
-                for change in race.look(self._elapsed_s()):
+                for change in race.look(self._elapsed_s(), self.judged_until):
                     self._note(change)
                 await lineup.tend(race, spec, self._elapsed_s)
                 self._persist()

@@ -215,3 +215,24 @@ def test_a_passed_one_keeps_its_place_while_another_starts() -> None:
     _drive(race, profiles, 0, 200, rng, clock)
     assert race.over and race.winner == "a"
     assert all(lane.state != "finalist" for lane in race.lanes.values())
+
+
+def test_a_hung_request_holds_back_the_records_that_started_after_it() -> None:
+    """A candidate answers quickly except one request still out (to its shadow timeout):
+    the race judges none of the records that started after that one until it is on record
+    (as the error it is), so a hanging candidate is not ranked on its survivors."""
+    rng = random.Random(3)
+    race = Race({"hangs": "http://a"}, CRITERIA)
+    hung = 5
+    for n in range(200):
+        if n != hung:
+            race.observe("hangs", n, _record(n, 0.2, 0.2 * rng.uniform(0.9, 1.1)))
+    out = {"http://a": 1000.0 + hung}  # the hung exchange's start: the cutoff
+    race.look(1.0, out.__getitem__)
+    lane = race.lanes["hangs"]
+    assert len(lane.records) == hung and len(lane.times_s) == hung
+    assert [r.started_unix for r in lane.records] == [1000.0 + n for n in range(hung)]
+    race.observe("hangs", hung, _record(hung, 0.2, 120.0, error="timeout"))
+    race.look(2.0)  # nothing out any more
+    assert len(lane.records) == 200
+    assert sorted(r.started_unix for r in lane.records) == [r.started_unix for r in lane.records]

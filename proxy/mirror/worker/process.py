@@ -145,7 +145,8 @@ class CaptureWorker:
         gc.freeze()
         self._helpers = [
             start_task(refresh_verdict_forever(self.store, self.config.gate, self.metrics,
-                                               self.config.gate_refresh_s), "verdict-refresh"),
+                                               self.config.gate_refresh_s,
+                                               self.mirror.judged_until), "verdict-refresh"),
             start_task(pace_garbage_collection(), "gc-pacer"),
             start_task(release_memory_forever(), "memory-release"),
             start_task(self.load.watch(), "loop-load"),
@@ -252,9 +253,11 @@ class CaptureWorker:
 
     def _work(self, query: Query) -> Coroutine[Any, Any, ReplyValue] | None:
         if isinstance(query, GateQuery):
-            return current_verdict(self.store, self.config.gate, self.metrics)
+            return current_verdict(self.store, self.config.gate, self.metrics,
+                                   self.mirror.judged_until)
         if isinstance(query, WindowGateQuery):
-            return self.store.call(judge_window, self.config.gate, query.window)
+            return self.store.call(judge_window, self.config.gate, query.window,
+                                   self.mirror.judged_until())
         if isinstance(query, AggregatesQuery):
             return self._aggregates()
         if isinstance(query, RecordsQuery):
