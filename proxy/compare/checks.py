@@ -31,11 +31,15 @@ MOST_SCALE = 64.0  # "more samples" is searched up to this many times the curren
 class Need:
     """How far an inconclusive check is from deciding: its bound's distance past the limit
     (`gap`) and about how many more samples would decide it (None: not within
-    MOST_SCALE x)."""
+    MOST_SCALE x), counted in the check's own samples, of which it has `of` (None: the
+    gate's samples, the deterministic requests compared). Pairs and latency samples come
+    with every request, deterministic or not: `proxy.cutover.eta` turns a need into time
+    at the rate the check's own samples arrive.)"""
 
     more_samples: int | None
     gap: float | None = None
     has_gap: bool = True  # False: a count short of a minimum, no bound to be past
+    of: int | None = None
 
     def as_json(self) -> dict[str, object]:
         head: dict[str, object] = {"gap": self.gap} if self.has_gap else {}
@@ -207,7 +211,7 @@ def error_rate(inputs: GateInputs, c: GateCriteria) -> Check:
     more = more_samples(n_new, lambda k: judge(k)[0] == "pass")
     return Check("errors", "inconclusive", f"{text}: upper bound {high - o_low - excess:.3f} "
                  f"over; {needs_text(more, 'requests')}", facts,
-                 Need(more, high - o_low - excess))
+                 Need(more, high - o_low - excess, of=n_new))
 
 
 def _paired_errors(pairs: ErrorPairs, facts: dict[str, object], new: tuple[int, int],
@@ -246,7 +250,8 @@ def _paired_errors(pairs: ErrorPairs, facts: dict[str, object], new: tuple[int, 
         return Check("errors", status, text, facts)
     more = more_samples(pairs.n, lambda k: judge(k) == "pass")
     return Check("errors", "inconclusive", f"{text}: upper bound {high - excess:.3f} over; "
-                 f"{needs_text(more, 'pairs')}", facts, Need(more, high - excess))
+                 f"{needs_text(more, 'pairs')}", facts,
+                 Need(more, high - excess, of=pairs.n))
 
 
 def length_shift(old: Sequence[float], new: Sequence[float],
@@ -283,5 +288,5 @@ def length_shift(old: Sequence[float], new: Sequence[float],
         return [Check("lengths", status, text, facts)]
     more = more_samples(n, lambda k: judge(k)[0] == "pass")
     return [Check("lengths", "inconclusive", f"{text}; {needs_text(more)}", facts,
-                  Need(more, max(high - shift, -shift - low)))]
+                  Need(more, max(high - shift, -shift - low), of=n))]
 

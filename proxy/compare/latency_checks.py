@@ -188,7 +188,7 @@ def _ratio_check(entry: RatioLimit, limit: float, old: Ranked, new: Ranked,
     how_far = ("upper bound not yet defined" if upper is None
                else f"upper bound {gap:.3f} over")
     return Check(entry.field, "inconclusive", f"{text}: {how_far}; {needs_text(more)}", facts,
-                 Need(more, gap))
+                 Need(more, gap, of=min(len(old), len(new))))
 
 
 def _paired_check(entry: RatioLimit, limit: float, pairs: Pairs, c: GateCriteria) -> Check:
@@ -229,7 +229,7 @@ def _paired_check(entry: RatioLimit, limit: float, pairs: Pairs, c: GateCriteria
     more = more_samples(n, lambda k: judge(k)[0] == "pass")
     return Check(entry.field, "inconclusive",
                  f"{text}: upper bound {high - 0.5:.3f} over 1/2; {needs_text(more)}", facts,
-                 Need(more, high - 0.5))
+                 Need(more, high - 0.5, of=n))
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:

@@ -77,8 +77,16 @@ class Estimate:
         return text + (": more than the analysis timeout left" if self.too_slow else "")
 
 
-def _more(check: Check) -> int | None:
-    return check.need.more_samples if check.need is not None else None
+def _more(check: Check, samples: int) -> float | None:
+    """The check's need in the gate's samples: a check counting its own samples (pairs,
+    latency samples: `Need.of`) gets them at its own rate, assumed in proportion to the
+    gate's samples so far."""
+    need = check.need
+    if need is None or need.more_samples is None:
+        return None
+    if need.of is None or need.of <= 0 or samples <= 0:
+        return float(need.more_samples)
+    return need.more_samples * samples / need.of
 
 
 def estimate(checks: Sequence[Check], rate_per_s: float,
@@ -92,18 +100,18 @@ def estimate(checks: Sequence[Check], rate_per_s: float,
     # A check without an estimate (no samples of its kind yet) cannot be ranked: the
     # binding one is among those with one, else the first waiting.
     ranked = [c for c in waiting if c.need is not None] or waiting[:1]
-    binding = max(ranked, key=lambda c: math.inf if (more := _more(c)) is None
-                  else float(more))
+    binding = max(ranked, key=lambda c: math.inf if (more := _more(c, samples)) is None
+                  else more)
     name = _label(binding)
     reason = _hopeless(ranked, rate_per_s, timeout_left_s, samples)
-    more = _more(binding)
+    more = _more(binding, samples)
     if more is None:  # with no request compared yet, nothing is known to be undecidable
         return Estimate(name, None, rate_per_s, None, binding.need is not None and samples > 0,
                         reason)
     seconds = more / rate_per_s if rate_per_s > 0 else None
     too_slow = (seconds is not None and timeout_left_s is not None
                 and seconds > timeout_left_s)
-    return Estimate(name, int(more), rate_per_s, seconds, too_slow, reason)
+    return Estimate(name, math.ceil(more), rate_per_s, seconds, too_slow, reason)
 
 
 def _label(check: Check) -> str:
@@ -118,14 +126,14 @@ def _hopeless(ranked: list[Check], rate: float, left: float | None,
     for check in ranked:
         if check.need is None or samples < evidence_floor(check.name):
             continue
-        more = check.need.more_samples
+        more = _more(check, samples)
         if more is None:
             return (f"{_label(check)} is not decidable within {MOST_SCALE:g}x the "
                     f"{samples} samples at the current rates")
         if check.name in _QUANTILES:
             continue  # latency is judged on a window of the newest requests: not in time
         if more / rate > HOPELESS_FACTOR * left and more >= samples:
-            return (f"{_label(check)} needs about {int(more)} more samples, "
+            return (f"{_label(check)} needs about {math.ceil(more)} more samples, "
                     f"{_duration(more / rate)} at {rate:.1f} req/s")
     return None
 

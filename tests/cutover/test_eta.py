@@ -89,3 +89,18 @@ def test_a_streak_of_hopeless_looks() -> None:
     assert since == 100.0 and hopeless_since(since, hopeless, 130.0) == 100.0
     assert not ends_early(since, 159.9) and ends_early(since, 160.0)
     assert hopeless_since(since, fine, 140.0) is None and not ends_early(None, 1e9)
+
+
+def test_a_need_in_the_checks_own_samples_is_timed_at_their_rate() -> None:
+    """Traffic where one request in ten is deterministic: the gate's samples (comparisons)
+    arrive at 2/s, the error check's pairs at 20/s. Its need of 6,000 more pairs is 300 s,
+    not 3,000 s, and neither it nor the binding choice may read pairs as comparisons."""
+    errors = Check("errors", "inconclusive", "", need=Need(6000, of=20_000))
+    match = Check("match_rate", "inconclusive", "", need=Need(1000))
+    e = estimate([errors, match], rate_per_s=2.0, timeout_left_s=400, samples=2000)
+    assert e.check == "match rate" and e.more_samples == 1000  # 500 s against 300 s
+    assert e.seconds_left == 500.0
+    alone = estimate([errors], rate_per_s=2.0, timeout_left_s=100, samples=2000)
+    assert alone.more_samples == 600 and alone.seconds_left == 300.0
+    # 300 s is within 4x the 100 s left: not hopeless (read as comparisons, 3,000 s was)
+    assert not alone.hopeless
