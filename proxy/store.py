@@ -124,7 +124,10 @@ class SqliteStore:
         self.hasher = RecordHasher.open(self._db, writable=not self.readonly)
         # The quantile samples of the scopes asked for lately, grown look by look (bounded:
         # a few scopes, each a few thousand bucket counts).
-        self._tails: OrderedDict[EvidenceWindow | None, TailState] = OrderedDict()
+        # By scope and whether a cutoff applies: a read without one (/admin/stats) grows
+        # its samples past records a cutoff still holds back.
+        self._tails: OrderedDict[tuple[EvidenceWindow | None, bool], TailState] = \
+            OrderedDict()
 
     def close(self) -> None:
         self._db.close()
@@ -283,8 +286,9 @@ class SqliteStore:
         version: see `proxy.aggregates`), of the records started before `until_unix` when
         given (a cutoff that never moves back from one call to the next); latency samples
         from the newest `latency_window` rows of them."""
-        state = self._tails.pop(window, None) or TailState()
-        self._tails[window] = state
+        key = (window, until_unix is not None)
+        state = self._tails.pop(key, None) or TailState()
+        self._tails[key] = state
         while len(self._tails) > TAIL_SCOPES:
             self._tails.popitem(last=False)
         return replace(query_aggregates(self._db, window, latency_window, state, until_unix),
@@ -325,6 +329,8 @@ class RecordStore:
         self._on_drop = on_drop
         self._writer: asyncio.Task[None] | None = None
         self.written = 0  # records written so far (lets readers skip work when unchanged)
+        self.accepted = 0  # records queued so far
+        self.settled = 0  # of those, records written or lost to a failed write
         # Records (and admission-count rows) not stored, by reason; what /admin/stats shows.
         self.dropped: dict[DropReason, int] = {}
         self._warn_every_s = warn_every_s
@@ -357,6 +363,7 @@ class RecordStore:
         """Queue `record`; False (and counted) when the queue is full."""
         try:
             self._queue.put_nowait(record)
+            self.accepted += 1
             return True
         except asyncio.QueueFull:
             self._drop("queue_full", 1)
@@ -404,6 +411,8 @@ class RecordStore:
                     self.written += len(batch)
                 except (sqlite3.Error, OSError) as exc:  # a full disk, a lost file
                     self._drop("write_failed", len(batch), exc)
+                finally:
+                    self.settled += len(batch)
             else:
                 done = 1
             for _ in range(done):
@@ -412,6 +421,16 @@ class RecordStore:
     async def flush(self) -> None:
         """Wait until every queued record is written."""
         await self._queue.join()
+
+    async def settle(self, accepted: int, timeout_s: float = 5.0) -> bool:
+        """Wait (up to `timeout_s`) until the first `accepted` records queued are written
+        or lost: unlike `flush`, records queued meanwhile do not prolong the wait."""
+        deadline = time.monotonic() + timeout_s
+        while self.settled < accepted:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(min(0.02, self.linger_s or 0.02))
+        return True
 
     async def close(self) -> None:
         """Write what is queued, then close the database."""

@@ -106,6 +106,24 @@ async def test_async_writer_flushes_and_closes(tmp_path):
     await asyncio.sleep(0)
 
 
+async def test_settle_waits_for_the_records_queued_before_not_after(tmp_path):
+    """A gate look takes its cutoff, then waits for the records queued before it (an
+    exchange stops holding the cutoff when its record is queued, not written)."""
+    store = RecordStore(SqliteStore(str(tmp_path / "r.db")), linger_s=0.2)
+    store.start()
+    for i in range(3):
+        store.put(_record(i))
+    accepted = store.accepted
+    assert accepted == 3 and store.settled == 0
+    assert await store.settle(accepted, timeout_s=5.0)
+    assert await store.call(SqliteStore.count) >= 3
+    store.put(_record(50))  # queued after: not waited for
+    assert await store.settle(accepted, timeout_s=0.0)
+    assert not await store.settle(store.accepted, timeout_s=0.0)  # still lingering
+    await store.close()
+    assert store.settled == store.accepted == 4
+
+
 def test_gate_inputs_from_aggregates(tmp_path):
     store = SqliteStore(str(tmp_path / "r.db"))
     store.write([_record(1), _record(2, "diverged", baseline=True)])

@@ -288,5 +288,5 @@ def length_shift(old: Sequence[float], new: Sequence[float],
         return [Check("lengths", status, text, facts)]
     more = more_samples(n, lambda k: judge(k)[0] == "pass")
     return [Check("lengths", "inconclusive", f"{text}; {needs_text(more)}", facts,
-                  Need(more, max(high - shift, -shift - low), of=n))]
+                  Need(more, max(high - shift, -shift - low)))]  # n: capped, as p50
 

@@ -229,7 +229,7 @@ def _paired_check(entry: RatioLimit, limit: float, pairs: Pairs, c: GateCriteria
     more = more_samples(n, lambda k: judge(k)[0] == "pass")
     return Check(entry.field, "inconclusive",
                  f"{text}: upper bound {high - 0.5:.3f} over 1/2; {needs_text(more)}", facts,
-                 Need(more, high - 0.5, of=n))
+                 Need(more, high - 0.5))  # n: the newest LATENCY_WINDOW, capped
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:

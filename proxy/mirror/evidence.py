@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from proxy.compare.gate import GateCriteria
 from proxy.cutover.control import EvidenceWindow
 from proxy.metrics import ProxyMetrics, merge_expositions
-from proxy.mirror.verdict import GateResult, current_verdict, judge_window
+from proxy.mirror.verdict import GateResult, current_verdict, window_verdict
 from proxy.mirror.worker.link import WorkerLink, WorkerUnavailable
 from proxy.mirror.worker.messages import (
     AggregatesQuery,
@@ -56,8 +56,7 @@ class LocalEvidence:
                                      self._judged_until)
 
     async def window_gate(self, window: EvidenceWindow) -> GateResult:
-        return await self.store.call(judge_window, self.criteria, window,
-                                     self._judged_until())
+        return await window_verdict(self.store, self.criteria, window, self._judged_until)
 
     async def aggregates(self) -> dict[str, Any]:
         self._flush()

@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from proxy.compare.capture import CaptureBuilder
 from proxy.compare.diff import compare
 from proxy.compare.request import PreparedRequest, json_bytes, prepare
 from proxy.compare.types import Capture, Endpoint, ExchangeRecord, RequestMeta, Role
+from proxy.credentials import without_credentials
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.admission import Admission
 from proxy.mirror.config import MirrorConfig
@@ -72,16 +74,20 @@ class Mirror(Admission):
         # id), and the newest cutoff given out for each shadow (`judged_until`).
         self.open_starts: dict[str, tuple[float, str | None]] = {}
         self._until: dict[str | None, float] = {}
+        self.newest_start = time.time()  # records kept from before were complete then
 
     def judged_until(self, shadow: str | None = None) -> float:
         """The cutoff the gate may judge before: every exchange started earlier (to
         `shadow` only, when given) has been recorded or dropped. Records are written when
         an exchange ends, so judging every record written would judge the quick answers
         while a slow or hung one is still out: a version that hangs until the shadow
-        timeout on some requests would pass on its survivors. Never moves back (a start
-        the relay reports late is after it)."""
+        timeout on some requests would pass on its survivors. With none out, just after
+        the newest start seen (not the clock: a start the relay has sent and this process
+        not yet read is later than every one it has read). Never moves back."""
+        shadow = without_credentials(shadow) if shadow is not None else None
         oldest = min((started for started, url in self.open_starts.values()
-                      if shadow is None or url == shadow), default=time.time())
+                      if shadow is None or url == shadow),
+                     default=math.nextafter(self.newest_start, math.inf))
         until = self._until[shadow] = max(self._until.get(shadow, 0.0), oldest)
         return until
 
@@ -136,6 +142,7 @@ class Exchange:
         mirror.inflight += 1
         mirror.open_starts[self.request_id] = (
             self.started_unix, self.routes.shadow.url if self.routes.shadow else None)
+        mirror.newest_start = max(mirror.newest_start, self.started_unix)
         mirror.metrics.shadow_inflight.inc()
         auth = headers.get("Authorization")
         if auth is not None:

@@ -73,6 +73,13 @@ def judge_window(store: SqliteStore, criteria: GateCriteria, window: EvidenceWin
     return _judge(aggregates, criteria, WindowFacts(window, aggregates.records, versions))
 
 
+async def window_verdict(store: RecordStore, criteria: GateCriteria, window: EvidenceWindow,
+                         judged_until: Callable[[], float]) -> GateResult:
+    """`judge_window` on the store's thread, with the cutoff `judged_until()`."""
+    return await store.call(judge_window, criteria, window,
+                            await _cutoff(store, judged_until))
+
+
 def evaluate_window(store: SqliteStore, criteria: GateCriteria,
                     window: EvidenceWindow) -> dict[str, Any]:
     """`judge_window` as the admin API writes it."""
@@ -85,12 +92,23 @@ def _judge(aggregates: StoreAggregates, criteria: GateCriteria,
                       aggregates.baseline, window)
 
 
+async def _cutoff(store: RecordStore, judged_until: Callable[[], float] | None) -> float | None:
+    """`judged_until()`, once every record queued before it is in the database: an
+    exchange stops holding the cutoff when its record is queued, not written."""
+    if judged_until is None:
+        return None
+    until, accepted = judged_until(), store.accepted
+    if not await store.settle(accepted):
+        log.warning("records queued before a gate look were not written within 5 s; "
+                    "judging without them")
+    return until
+
+
 async def current_verdict(store: RecordStore, criteria: GateCriteria, metrics: ProxyMetrics,
                           judged_until: Callable[[], float] | None = None) -> GateResult:
     """The verdict over every record kept (of those started before `judged_until()`:
     `Mirror.judged_until`); sets the verdict gauge."""
-    result = await store.call(_evaluate, criteria,
-                              judged_until() if judged_until is not None else None)
+    result = await store.call(_evaluate, criteria, await _cutoff(store, judged_until))
     verdict = result.verdict
     metrics.set_verdict(verdict.verdict, [check.as_json() for check in verdict.checks])
     return result

@@ -69,8 +69,29 @@ class Lane:
         return self.state in ALIVE or self.state in PENDING
 
     def stop(self, state: LaneState, reason: str) -> None:
+        """Stop racing; the records still held (`Race.look`) are kept for the report."""
         self.state, self.reason = state, reason
+        self.release(math.inf)
         self.stopped_at_requests = len(self.records)
+
+    def release(self, until_unix: float) -> None:
+        """Judge the held records of exchanges started before `until_unix`, in start
+        order: a candidate's quick answers must not be judged while a hung one is out."""
+        ready = sorted((item for item in self.held if item[1].started_unix < until_unix),
+                       key=lambda item: item[1].started_unix)
+        if not ready:
+            return
+        self.held = [item for item in self.held if item[1].started_unix >= until_unix]
+        for number, record in ready:
+            self.records.append(record)
+            for capture in record.captures:
+                took = answer_time_s(capture)
+                if took is None:
+                    continue
+                if capture.role == "shadow":
+                    self.times_s[number] = took
+                elif capture.role == "primary":
+                    self.old_times_s[number] = took
 
     def median_s(self) -> float | None:
         return statistics.median(self.times_s.values()) if self.times_s else None
@@ -208,30 +229,6 @@ class Race:
             return
         lane.held.append((number, record))
 
-    @staticmethod
-    def _release(lane: Lane, until_unix: float) -> None:
-        """Judge the held records of exchanges started before `until_unix`, in start
-        order: a candidate's quick answers must not be judged while a hung one is out."""
-        ready = sorted((item for item in lane.held if item[1].started_unix < until_unix),
-                       key=lambda item: item[1].started_unix)
-        if not ready:
-            return
-        lane.held = [item for item in lane.held if item[1].started_unix >= until_unix]
-        for number, record in ready:
-            Race._take(lane, number, record)
-
-    @staticmethod
-    def _take(lane: Lane, number: int, record: ExchangeRecord) -> None:
-        lane.records.append(record)
-        for capture in record.captures:
-            took = answer_time_s(capture)
-            if took is None:
-                continue
-            if capture.role == "shadow":
-                lane.times_s[number] = took
-            elif capture.role == "primary":
-                lane.old_times_s[number] = took
-
     def fail(self, name: str, reason: str) -> None:
         """Stop a candidate for a fault seen outside the gate (not ready, another model)."""
         lane = self.lanes[name]
@@ -247,7 +244,7 @@ class Race:
             return []
         for lane in self.lanes.values():
             if lane.state in ALIVE:
-                self._release(lane, until(lane.url))
+                lane.release(until(lane.url))
         changes = [self._judge(lane) for lane in self.lanes.values() if lane.state in ALIVE]
         changes += self._rank()
         changes += self._deadlines(elapsed_s)

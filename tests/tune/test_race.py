@@ -236,3 +236,14 @@ def test_a_hung_request_holds_back_the_records_that_started_after_it() -> None:
     race.look(2.0)  # nothing out any more
     assert len(lane.records) == 200
     assert sorted(r.started_unix for r in lane.records) == [r.started_unix for r in lane.records]
+
+
+def test_a_stopped_candidate_keeps_its_held_records_for_the_report() -> None:
+    race = Race({"a": "http://a"}, CRITERIA)
+    for n in range(10):
+        race.observe("a", n, _record(n, 0.2, 0.2))
+    race.look(1.0, lambda url: 1000.0 + 3)
+    lane = race.lanes["a"]
+    assert len(lane.records) == 3 and len(lane.held) == 7
+    lane.stop("eliminated", "slower")
+    assert len(lane.records) == 10 and not lane.held and lane.stopped_at_requests == 10

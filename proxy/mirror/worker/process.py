@@ -43,7 +43,7 @@ from proxy.mirror.load import LoopLoad
 from proxy.mirror.memory import release_memory_forever
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.upstream.routing import Router, Routes, make_pool_factory
-from proxy.mirror.verdict import current_verdict, judge_window, refresh_verdict_forever
+from proxy.mirror.verdict import current_verdict, refresh_verdict_forever, window_verdict
 from proxy.mirror.worker.ipc import Channel
 from proxy.mirror.worker.messages import (
     SCHEMA,
@@ -256,8 +256,8 @@ class CaptureWorker:
             return current_verdict(self.store, self.config.gate, self.metrics,
                                    self.mirror.judged_until)
         if isinstance(query, WindowGateQuery):
-            return self.store.call(judge_window, self.config.gate, query.window,
-                                   self.mirror.judged_until())
+            return window_verdict(self.store, self.config.gate, query.window,
+                                  self.mirror.judged_until)
         if isinstance(query, AggregatesQuery):
             return self._aggregates()
         if isinstance(query, RecordsQuery):
