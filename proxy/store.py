@@ -41,7 +41,8 @@ from proxy.cutover.control import EvidenceWindow
 from proxy.record_hash import META_TABLE, RecordHasher
 from proxy.tasks import start_task
 
-TAIL_SCOPES = 4  # cutover windows (and the whole store) whose quantile samples are kept
+TAIL_SCOPES = 8  # cutover windows (and the whole store), with a cutoff or without, whose
+# quantile samples are kept
 
 __all__ = ["LatencySamples", "PairCounts", "RecordStore", "RoleCounts", "SqliteStore",
            "StoreAggregates"]
@@ -427,7 +428,7 @@ class RecordStore:
         or lost: unlike `flush`, records queued meanwhile do not prolong the wait."""
         deadline = time.monotonic() + timeout_s
         while self.settled < accepted:
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or self._writer is None or self._writer.done():
                 return False
             await asyncio.sleep(min(0.02, self.linger_s or 0.02))
         return True

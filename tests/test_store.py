@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -122,6 +123,14 @@ async def test_settle_waits_for_the_records_queued_before_not_after(tmp_path):
     assert not await store.settle(store.accepted, timeout_s=0.0)  # still lingering
     await store.close()
     assert store.settled == store.accepted == 4
+
+
+async def test_settle_does_not_wait_for_a_writer_that_is_not_running(tmp_path):
+    store = RecordStore(SqliteStore(str(tmp_path / "r.db")))
+    store.put(_record(1))  # never started: nothing will write it
+    started = time.monotonic()
+    assert not await store.settle(store.accepted, timeout_s=5.0)
+    assert time.monotonic() - started < 1.0
 
 
 def test_gate_inputs_from_aggregates(tmp_path):

@@ -69,9 +69,13 @@ class Lane:
         return self.state in ALIVE or self.state in PENDING
 
     def stop(self, state: LaneState, reason: str) -> None:
-        """Stop racing; the records still held (`Race.look`) are kept for the report."""
+        """Stop racing. The records still held (`Race.look`) join `records` for the
+        report's counts, not the answer times a finalist is ranked by: an exchange that
+        started earlier is still out, and its quick successors alone would flatter it."""
         self.state, self.reason = state, reason
-        self.release(math.inf)
+        self.records += [record for _, record in
+                         sorted(self.held, key=lambda item: item[1].started_unix)]
+        self.held = []
         self.stopped_at_requests = len(self.records)
 
     def release(self, until_unix: float) -> None:

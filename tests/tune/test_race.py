@@ -245,5 +245,7 @@ def test_a_stopped_candidate_keeps_its_held_records_for_the_report() -> None:
     race.look(1.0, lambda url: 1000.0 + 3)
     lane = race.lanes["a"]
     assert len(lane.records) == 3 and len(lane.held) == 7
-    lane.stop("eliminated", "slower")
+    lane.stop("finalist", "passed")
     assert len(lane.records) == 10 and not lane.held and lane.stopped_at_requests == 10
+    # ... but not in the answer times a finalist is ranked by (`paired_ratio`)
+    assert len(lane.times_s) == len(lane.old_times_s) == 3
