@@ -4,7 +4,8 @@ steady client load, all on real sockets.
 
 The new engine answers like old, quickly, except that on 5 % of requests its first token
 would come 100 s late; the proxy gives up on a shadow answer after 45 s
-(`--shadow-timeout`) and records a timeout. Records are written when an exchange ends, so
+(`--shadow-timeout`, 120 s by default: shortened only so the test ends in about a minute
+and a half; `bench/gate_survivors.py` runs the default) and records a timeout. Records are written when an exchange ends, so
 for 45 s every quick answer is on record and no hung one is: a gate judging every record
 written sees only survivors (no error, a short TTFT tail). Before the fix this cutover
 was promoted (post_promotion after about 25 s, with 3,800 samples and not one timeout on
