@@ -17,6 +17,13 @@ mkdir -p "$CACHE"
 
 log() { printf '[dev.sh] %s\n' "$*" >&2; }
 
+# One dev.sh at a time makes or checks the cached environments: a second one (the demo
+# run by a test while `setup-e2e` still installs, say) waits instead of deleting a venv
+# that is half made. Released before the command itself runs.
+exec {CACHE_LOCK}>"$CACHE/.setup.lock"
+flock "$CACHE_LOCK"
+unlock() { flock -u "$CACHE_LOCK"; exec {CACHE_LOCK}>&-; }
+
 dev_venv() {
     # Keyed by the dependency list so a change of pyproject.toml builds a new venv.
     local key
@@ -45,7 +52,8 @@ aiohttp_newest_venv() {
     # bound changes and once a week (new patch releases), else reused.
     local spec key venv purelib
     spec="$(grep -o '"aiohttp[^"]*"' "$ROOT/pyproject.toml" | head -1 | tr -d '"')"
-    key="$(printf '%s %s' "$spec" "$(date -u +%G-W%V)" | sha256sum | cut -c1-12)"
+    # Keyed by the dev venv too: its packages are read through a .pth into that venv.
+    key="$(printf '%s %s %s' "$spec" "$(date -u +%G-W%V)" "$VENV" | sha256sum | cut -c1-12)"
     venv="$CACHE/aiohttp-newest-$key"
     if [[ ! -f "$venv/.complete" ]]; then
         log "creating $venv ($spec, newest release)"
@@ -79,7 +87,7 @@ apt_packages() {
 docker_engine() {
     if docker info >/dev/null 2>&1; then return; fi
     log "starting dockerd"
-    (setsid dockerd >"$CACHE/dockerd.log" 2>&1 &)
+    (setsid dockerd >"$CACHE/dockerd.log" 2>&1 {CACHE_LOCK}>&- &)  # not holding the lock
     for _ in $(seq 1 60); do
         docker info >/dev/null 2>&1 && return
         sleep 1
@@ -127,18 +135,24 @@ vllm_venv() {
 cmd="${1:-}"
 shift || true
 case "$cmd" in
-    setup) dev_venv ;;
-    setup-e2e) dev_venv; aiohttp_newest_venv; apt_packages; docker_engine; base_image; vllm_venv ;;
-    demo) dev_venv; exec vllm-cutover demo "$@" ;;
+    setup) dev_venv; unlock ;;
+    setup-e2e)
+        dev_venv; aiohttp_newest_venv; apt_packages; docker_engine; base_image; vllm_venv
+        unlock
+        ;;
+    demo) dev_venv; unlock; exec vllm-cutover demo "$@" ;;
     demo-docker)
-        dev_venv; apt_packages; docker_engine; base_image
+        dev_venv; apt_packages; docker_engine; base_image; unlock
         exec python "$ROOT/scripts/demo_docker.py" "$@"
         ;;
     test)
         dev_venv; aiohttp_newest_venv; apt_packages; docker_engine; base_image; vllm_venv
+        unlock
         export VLLM_CUTOVER_REQUIRE_E2E=1 VLLM_CUTOVER_CACHE="$CACHE"
         cd "$ROOT"
-        exec python -m pytest "$@"
+        # Two workers (VLLM_CUTOVER_TEST_WORKERS; 0 runs in this process): engine and Docker
+        # tests on one of them one at a time, the rest spread (tests/conftest.py).
+        exec python -m pytest -n "${VLLM_CUTOVER_TEST_WORKERS:-2}" --dist loadgroup "$@"
         ;;
     *) sed -n '2,9p' "$0" >&2; exit 2 ;;
 esac

@@ -6,14 +6,28 @@ Both skip when the resource is missing, or fail when VLLM_CUTOVER_REQUIRE_E2E=1.
 `cutover_images`: our images (vllm, sim, sidecar), built on first use.
 `container_cleanup`: a list whose containers are force-removed after the test.
 `prometheus_server`: a real Prometheus (tests/prometheus_server.py), one per session.
+`readme_demo`: the README's demo command, run once in a terminal; its output and exit
+status serve the README's command test and the demo's story tests.
 The fixtures that start vLLM servers live in tests/e2e/conftest.py.
+
+Run in parallel (`pytest -n 2`, as `scripts/dev.sh test` does), each test is given an
+`xdist_group` (`pytest_collection_modifyitems` below): everything that runs vLLM engines
+or touches the Docker engine is one group, run one test at a time on one worker (the
+engines' memory cap and the image builds are per process, and two CPU engines at once
+would starve each other); the Prometheus tests and the README demo's readers are a group
+each (one server, one demo run); every other test is grouped with its module (module
+fixtures start once).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +35,7 @@ import pytest
 from tests.e2e import images
 from tests.e2e.resources import skip_or_fail
 from tests.prometheus_server import PrometheusError, PrometheusServer
+from tests.terminal_run import TerminalRun, run_in_terminal
 
 VLLM_PYTHON_ENV = "VLLM_CUTOVER_VLLM_PYTHON"
 
@@ -89,3 +104,45 @@ def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom
         skip_or_fail(str(exc))
     yield server
     server.stop()
+
+
+ENGINE_FIXTURES = frozenset({"vllm_python", "docker_client"})
+SHARED_FIXTURES = {"prometheus_server": "prometheus", "readme_demo": "readme-demo"}
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """The group `item` runs in under `--dist loadgroup` (see the module's docstring)."""
+    names = set(getattr(item, "fixturenames", ()))
+    for mark in item.iter_markers("shares"):  # a session fixture read by getfixturevalue
+        names.update(mark.args)
+    if item.get_closest_marker("vllm") or item.get_closest_marker("docker") \
+            or names & ENGINE_FIXTURES:
+        return "engines"
+    for fixture, group in SHARED_FIXTURES.items():
+        if fixture in names:
+            return group
+    return item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+
+
+README_DEMO = "bash scripts/dev.sh demo"  # the README's first command
+
+
+@pytest.fixture(scope="session")
+def readme_demo() -> Iterator[TerminalRun]:
+    """`bash scripts/dev.sh demo` as a reader runs it, at a terminal, from the repository
+    root: one run (a minute or two) shared by the tests that read it. Its output directory
+    (a new temporary one, the default) is removed after the session."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run = run_in_terminal(README_DEMO, root, env, timeout_s=600)
+    yield run
+    html = re.search(r"HTML report: (\S+)", run.screen)
+    if html and Path(html.group(1)).parent.name.startswith("vllm-cutover-demo-"):
+        shutil.rmtree(Path(html.group(1)).parent, ignore_errors=True)

@@ -112,6 +112,9 @@ class Expect:
     timeout_s: float = 60.0
     docker: bool = False  # needs a Docker engine (skipped without one, unless e2e required)
     slow: bool = False
+    # A session fixture that ran this very command in a terminal (tests/conftest.py), its
+    # run shared with the tests that read its output in detail; "" runs it here.
+    shared: str = ""
 
 
 RUNS: dict[str, Expect] = {
@@ -119,7 +122,7 @@ RUNS: dict[str, Expect] = {
     # command still exits 0). tests/cli/test_demo_cmd.py holds the story to its details.
     "bash scripts/dev.sh demo": Expect(
         0, r"Demo finished in [\d.]+ s; cutover (done|aborted), verdict \w+, "
-           r"0 client request\(s\) failed\.", timeout_s=600, slow=True),
+           r"0 client request\(s\) failed\.", timeout_s=600, slow=True, shared="readme_demo"),
     "bash scripts/dev.sh demo-docker": Expect(
         0, r"Docker demo finished in [\d.]+ s; cutover done, verdict \w+, "
            r"\d+ client requests, 0 failed\.", timeout_s=600, docker=True, slow=True),
@@ -213,6 +216,8 @@ def _param(command: str, expect: Expect) -> object:
     marks = [pytest.mark.e2e, pytest.mark.slow] if expect.slow else []
     if expect.docker:
         marks.append(pytest.mark.docker)
+    if expect.shared:  # read with getfixturevalue; named so that the tests reading one run
+        marks.append(pytest.mark.shares(expect.shared))  # go to one worker (conftest.py)
     return pytest.param(command, expect, marks=marks, id=command[:60])
 
 
@@ -221,14 +226,23 @@ def test_readme_command_runs(command: str, expect: Expect, request: pytest.Fixtu
                              ) -> None:
     if expect.docker:
         request.getfixturevalue("docker_client")  # skips (or fails, e2e required) without one
+    if expect.shared:
+        run = request.getfixturevalue(expect.shared)
+        assert run.command == command, (run.command, command)
+        _assert_ends(run.exit_code, run.screen, expect, run.shown())
+        return
     # stdout and stderr in one, in the order a terminal shows them (unbuffered)
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     done = subprocess.run(["bash", "-c", command], cwd=REPO_ROOT, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           timeout=expect.timeout_s, check=False)
-    shown = f"$ {command}\n(exit {done.returncode})\n{done.stdout[-6000:]}"
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    assert "Traceback (most recent call last)" not in done.stdout, shown
-    assert done.returncode == expect.exit_code, shown
+    _assert_ends(done.returncode, done.stdout, expect,
+                 f"$ {command}\n(exit {done.returncode})\n{done.stdout[-6000:]}")
+
+
+def _assert_ends(exit_code: int, output: str, expect: Expect, shown: str) -> None:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert "Traceback (most recent call last)" not in output, shown
+    assert exit_code == expect.exit_code, shown
     assert lines and re.fullmatch(expect.last_line, lines[-1].strip()), shown

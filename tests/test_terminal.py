@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import os
-import pty
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from proxy.terminal import ERASE_TO_END, StatusLine
+from tests.terminal_run import run_in_terminal
 
 
 class Clock:
@@ -66,18 +68,7 @@ def test_a_tty_is_detected_and_a_pipe_is_not() -> None:
     piped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env=env, check=True, timeout=60)
     assert piped.stdout == "n 0\nn 1\nn 2\n"
-    leader, follower = pty.openpty()
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=follower, env=env)
-    os.close(follower)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(leader)
-    assert child.wait(timeout=60) == 0
+    run = run_in_terminal(shlex.join([sys.executable, "-c", code]), Path.cwd(), env, 60)
+    assert run.exit_code == 0, run.shown()
+    seen = run.written
     assert seen.count(b"\r") >= 3 and seen.count(b"\n") == 1, seen

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
 import subprocess
 import sys
@@ -16,6 +14,7 @@ import pytest
 from proxy.demo.processes import DemoError, sim_ready, spawn_sim
 from proxy.demo.run import DemoConfig, sim_knobs
 from proxy.demo.traffic import answer_text, demo_requests
+from tests.terminal_run import TerminalRun
 
 
 def _demo(tmp_path: Path, *args: str) -> str:
@@ -51,10 +50,15 @@ def _assert_report_agrees_with_the_gate(out: str) -> None:
     assert any(state == "pass" and "match rate" in text for state, text in checks), out
 
 
-def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
-    """The default demo: a healthy new version shadowed, judged, promoted with the old one
-    as its shadow, the old one drained; every client answer complete."""
-    out = _demo(tmp_path)
+def test_demo_runs_the_whole_story(readme_demo: TerminalRun) -> None:
+    """The default demo, as the README's first command runs it at a terminal: a healthy new
+    version shadowed, judged, promoted with the old one as its shadow, the old one drained;
+    every client answer complete."""
+    assert readme_demo.exit_code == 0, readme_demo.shown()
+    out = readme_demo.screen
+    html = re.search(r"HTML report: (\S+)", out)
+    assert html, readme_demo.shown()
+    out_dir = Path(html.group(1)).parent  # the demo's default: a new temporary directory
     # 1. launcher dry run on the guide's command
     assert "vllm serve nvidia/Llama-3.1-8B-Instruct-FP4" in out and "(exit 0)" in out
     # 3. clients get the old server's answers through the proxy
@@ -73,11 +77,10 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     # 5. the report over the cutover's evidence, labelled old and new
     assert "whichever served clients" in out
     _assert_report_agrees_with_the_gate(out)
-    assert {p.name for p in (tmp_path / "logs").iterdir()} == {
+    assert {p.name for p in (out_dir / "logs").iterdir()} == {
         "proxy.log", "sim-old.log", "sim-new.log", "sim-baseline.log"}
-    html = re.search(r"HTML report: (\S+)", out)
-    assert html and Path(html.group(1)).read_text().count("<svg") >= 7  # over time, CDFs
-    doc = _report_json(tmp_path)
+    assert Path(html.group(1)).read_text().count("<svg") >= 7  # over time, CDFs
+    doc = _report_json(out_dir)
     text_verdict = re.search(r"^VERDICT: (\w+)$", out, re.MULTILINE)
     assert text_verdict and doc["verdict"] == text_verdict.group(1).lower()  # same records
     assert doc["compared"] >= 60
@@ -99,29 +102,14 @@ def test_demo_regression_is_aborted_and_clients_never_notice(tmp_path: Path) -> 
     assert 1 <= len(re.findall(r"^ +phase shadowing .*samples \d+/60", out, re.MULTILINE)) <= 6
 
 
-def test_in_a_terminal_the_progress_is_one_line_redrawn_in_place(tmp_path: Path) -> None:
-    leader, follower = pty.openpty()
-    child = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "demo", "--out-dir", str(tmp_path), "--no-launcher"],
-        stdout=follower, stderr=subprocess.DEVNULL)
-    os.close(follower)
-    raw = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the demo ended and closed the terminal
-            break
-        if not chunk:
-            break
-        raw += chunk
-    os.close(leader)
-    assert child.wait(timeout=180) == 0, raw[-3000:]
-    out = raw.decode().replace("\r\n", "\n")
-    drawings = re.findall(r"\r +phase shadowing [^\r\n]*samples (\d+)/60", out)
-    assert len(drawings) >= 3, out[-3000:]  # redrawn as the samples come in
+def test_in_a_terminal_the_progress_is_one_line_redrawn_in_place(readme_demo: TerminalRun
+                                                                  ) -> None:
+    """The README's demo at a terminal (the run the story test reads too)."""
+    assert readme_demo.exit_code == 0, readme_demo.shown()
+    drawings = re.findall(r"\r +phase shadowing [^\r\n]*samples (\d+)/60", readme_demo.raw)
+    assert len(drawings) >= 3, readme_demo.raw[-3000:]  # redrawn as the samples come in
     # What the terminal keeps: each row is its last drawing; shadowing's progress is one row.
-    rows = [row.split("\r")[-1].replace("\x1b[K", "") for row in out.split("\n")]
-    kept = [row for row in rows if "phase shadowing" in row]
+    kept = [row for row in readme_demo.screen.split("\n") if "phase shadowing" in row]
     assert len(kept) == 1 and f"samples {drawings[-1]}/60" in kept[0], kept
 
 
