@@ -57,7 +57,7 @@ from proxy.compare.diff import compare
 from proxy.compare.gate import GateCriteria
 from proxy.compare.request import prepare
 from proxy.compare.sse import SSEDecoder
-from proxy.compare.types import Capture, ExchangeRecord
+from proxy.compare.types import Capture, ExchangeRecord, RouteStamp
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.verdict import _evaluate
 from proxy.store import SqliteStore
@@ -161,7 +161,8 @@ def pure_stages(tmp: Path) -> dict[str, tuple[Callable[[], object], int]]:
         metrics.observe_comparisons(comparisons, True)
         metrics.token_id_source.labels("equal_text").inc()
         return ExchangeRecord("bench", 1.0, meta, captures, comparisons,
-                              {"token_ids_source": "equal_text", "route_version": 1})
+                              token_ids_source="equal_text",
+                              routes=RouteStamp(1, "http://old", "http://new"))
 
     store = SqliteStore(str(tmp / "stages.sqlite"))
     batch = [record() for _ in range(STORE_BATCH)]

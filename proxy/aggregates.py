@@ -163,19 +163,19 @@ def aggregate_rows(records: int, comparisons: Sequence[tuple[Any, ...]],
 
 # `w`: the records in scope with `promoted` (1: the new version was primary) and
 # `noise` (1: its baseline comparison is old-vs-old noise that counts).
-_ALL = ("WITH w AS (SELECT id, deterministic AS det, stream, extra, 0 AS promoted,"
+_ALL = ("WITH w AS (SELECT id, deterministic AS det, stream, baseline_streamed, 0 AS promoted,"
         " 1 AS noise FROM exchange{cutoff})")
-# A window is selected once into a temporary table (each record's URLs are read from its
-# JSON once, not once per query); temporary tables work on read-only connections too.
+# A window is selected once into a temporary table (its records found once, not once per
+# query); temporary tables work on read-only connections too.
 _WINDOW_TABLE = ("CREATE TEMP TABLE IF NOT EXISTS window_scope (id INTEGER PRIMARY KEY,"
-                 " det INTEGER, stream INTEGER, extra TEXT, promoted INTEGER, noise INTEGER)")
+                 " det INTEGER, stream INTEGER, baseline_streamed INTEGER, promoted INTEGER,"
+                 " noise INTEGER)")
 _WINDOW_SELECT = """INSERT INTO temp.window_scope
 WITH u AS (
-    SELECT id, deterministic AS det, stream, extra,
-           json_extract(extra, '$.urls.primary') AS p, json_extract(extra, '$.urls.shadow') AS s,
-           json_extract(extra, '$.urls.baseline') AS b
+    SELECT id, deterministic AS det, stream, baseline_streamed, url_primary AS p,
+           url_shadow AS s, url_baseline AS b
     FROM exchange WHERE started_unix >= :since AND (:until IS NULL OR started_unix < :until))
-SELECT id, det, stream, extra, p = :new, :baseline IS NOT NULL AND p = :old AND b IS :baseline
+SELECT id, det, stream, baseline_streamed, p = :new, :baseline IS NOT NULL AND p = :old AND b IS :baseline
 FROM u WHERE (p = :old AND s = :new) OR (p = :new AND s = :old)"""
 _WINDOW = "WITH w AS (SELECT * FROM temp.window_scope)"
 # A capture's version as VERSION_ROLES names it.
@@ -184,8 +184,7 @@ _VERSION = ("CASE WHEN c.role = 'baseline' THEN 'baseline'"
 _COUNTED = "(c.role != 'baseline' OR w.noise)"
 # tally.latency_kind: "neither" is the baseline asked unstreamed for a streamed request.
 _KIND = ("CASE WHEN NOT w.stream THEN 'unstreamed' WHEN c.role = 'baseline' AND NOT"
-         " COALESCE(json_extract(w.extra, '$.baseline_streamed'), 1) THEN 'neither'"
-         " ELSE 'streamed' END")
+         " w.baseline_streamed THEN 'neither' ELSE 'streamed' END")
 
 
 def _scope(db: sqlite3.Connection, window: EvidenceWindow | None,
@@ -306,9 +305,8 @@ def backend_pairs(db: sqlite3.Connection) -> list[PairSeen]:
     """Every (primary, shadow) pair on record, the pair of the newest record last; records
     without a shadow or without URLs (older stores) are left out."""
     rows = db.execute(
-        "WITH u AS (SELECT id, started_unix AS t, json_extract(extra, '$.urls.primary') AS p,"
-        " json_extract(extra, '$.urls.shadow') AS s, json_extract(extra, '$.urls.baseline')"
-        " AS b FROM exchange)"
+        "WITH u AS (SELECT id, started_unix AS t, url_primary AS p, url_shadow AS s,"
+        " url_baseline AS b FROM exchange)"
         " SELECT p, s, COUNT(*), MIN(t), MAX(id),"
         " (SELECT b FROM u AS v WHERE v.p = u.p AND v.s = u.s ORDER BY v.id DESC LIMIT 1)"
         " FROM u WHERE p IS NOT NULL AND s IS NOT NULL GROUP BY p, s ORDER BY MAX(id)"

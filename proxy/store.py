@@ -12,7 +12,6 @@ gate and the report know what share of the traffic the records stand for.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sqlite3
 import time
@@ -36,7 +35,16 @@ from proxy.aggregates import (
 from proxy.compare.gate import AdmissionCounts
 from proxy.compare.stats import LatencySamples
 from proxy.compare.tally import LATENCY_WINDOW, AdmissionRow
-from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
+from proxy.compare.types import (
+    Capture,
+    Comparison,
+    ExchangeRecord,
+    RequestMeta,
+    Role,
+    RouteStamp,
+    Stored,
+    TextDigest,
+)
 from proxy.cutover.control import EvidenceWindow
 from proxy.record_hash import META_TABLE, RecordHasher
 from proxy.tasks import start_task
@@ -55,7 +63,9 @@ CREATE TABLE IF NOT EXISTS exchange (
     id INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, started_unix REAL NOT NULL,
     endpoint TEXT NOT NULL, stream INTEGER NOT NULL, deterministic INTEGER NOT NULL,
     prompt_sha256 TEXT NOT NULL, prompt_chars INTEGER NOT NULL, max_tokens INTEGER,
-    n INTEGER NOT NULL, logprobs_k INTEGER, extra TEXT NOT NULL);
+    n INTEGER NOT NULL, logprobs_k INTEGER, token_ids_source TEXT, route_version INTEGER,
+    baseline_streamed INTEGER NOT NULL DEFAULT 1, url_primary TEXT, url_shadow TEXT,
+    url_baseline TEXT, request TEXT);
 CREATE TABLE IF NOT EXISTS capture (
     exchange_id INTEGER NOT NULL, role TEXT NOT NULL, backend TEXT NOT NULL, status INTEGER,
     ttft_s REAL, e2e_s REAL, itl_s BLOB, output_tokens INTEGER, finish_reason TEXT,
@@ -76,13 +86,53 @@ CREATE TABLE IF NOT EXISTS admission (
 # Added columns (issue 22: which field diverged first, in which choice), appended to tables
 # of older databases on open.
 _FIELD_COLUMNS = (("comparison", "field", "TEXT"), ("comparison", "choice", "INTEGER"))
+# What records once kept in a JSON column `extra`, now columns of their own: a database
+# written before gets them on open, filled from its JSON, and loses the JSON column.
+_RECORD_COLUMNS = (
+    ("exchange", "token_ids_source", "TEXT"), ("exchange", "route_version", "INTEGER"),
+    ("exchange", "baseline_streamed", "INTEGER NOT NULL DEFAULT 1"),
+    ("exchange", "url_primary", "TEXT"), ("exchange", "url_shadow", "TEXT"),
+    ("exchange", "url_baseline", "TEXT"), ("exchange", "request", "TEXT"))
+_FROM_EXTRA = """UPDATE exchange SET
+    token_ids_source = json_extract(extra, '$.token_ids_source'),
+    route_version = json_extract(extra, '$.route_version'),
+    baseline_streamed = COALESCE(json_extract(extra, '$.baseline_streamed'), 1),
+    url_primary = json_extract(extra, '$.urls.primary'),
+    url_shadow = json_extract(extra, '$.urls.shadow'),
+    url_baseline = json_extract(extra, '$.urls.baseline'),
+    request = json_extract(extra, '$.request')"""
+_EXCHANGE_COLUMNS = ("id, request_id, started_unix, endpoint, stream, deterministic,"
+                     " prompt_sha256, prompt_chars, max_tokens, n, logprobs_k, token_ids_source,"
+                     " route_version, baseline_streamed, url_primary, url_shadow, url_baseline,"
+                     " request")
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
 
 
 def _add_columns(db: sqlite3.Connection, columns: Sequence[tuple[str, str, str]]) -> None:
     for table, name, kind in columns:
-        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-        if name not in have:
+        if name not in _columns(db, table):
             db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """An older database brought to this schema (a no-op on a current one)."""
+    with db:
+        _add_columns(db, _FIELD_COLUMNS + _RECORD_COLUMNS)
+        if "extra" in _columns(db, "exchange"):
+            db.execute(_FROM_EXTRA)
+            try:
+                db.execute("ALTER TABLE exchange DROP COLUMN extra")
+            except sqlite3.OperationalError:  # SQLite before 3.35: kept, written as {}
+                pass
+
+
+def _needs_migration(db: sqlite3.Connection) -> bool:
+    have = _columns(db, "exchange")
+    return bool(have) and ("extra" in have or any(
+        name not in _columns(db, table) for table, name, _ in _FIELD_COLUMNS + _RECORD_COLUMNS))
 
 
 def _admission_where(window: EvidenceWindow | None) -> tuple[str, tuple[Any, ...]]:
@@ -115,12 +165,19 @@ class SqliteStore:
         self.readonly = readonly and path != ":memory:"
         if self.readonly:
             self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            if _needs_migration(self._db):  # read an older database through a copy in memory
+                copy = sqlite3.connect(":memory:", check_same_thread=False)
+                self._db.backup(copy)
+                self._db.close()
+                self._db = copy
+                _migrate(self._db)
         else:
             self._db = sqlite3.connect(path, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA + META_TABLE)
-            _add_columns(self._db, _FIELD_COLUMNS)
+            _migrate(self._db)
+        self._legacy_extra = "extra" in _columns(self._db, "exchange")
         # Hashes of prompts and completions: keyed per database (proxy.record_hash).
         self.hasher = RecordHasher.open(self._db, writable=not self.readonly)
         # The quantile samples of the scopes asked for lately, grown look by look (bounded:
@@ -142,14 +199,19 @@ class SqliteStore:
 
     def _insert(self, record: ExchangeRecord) -> None:
         meta = record.meta
-        cur = self._db.execute(
-            "INSERT INTO exchange (request_id, started_unix, endpoint, stream, deterministic,"
-            " prompt_sha256, prompt_chars, max_tokens, n, logprobs_k, extra)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (record.request_id, record.started_unix, meta.endpoint, int(meta.stream),
-             int(meta.deterministic), self.hasher.prompt(meta.prompt_sha256),
-             meta.prompt_chars, meta.max_tokens,
-             meta.n, meta.logprobs_k, json.dumps(record.extra, default=str)))
+        routes = record.routes
+        values: list[Any] = [record.request_id, record.started_unix, meta.endpoint, int(meta.stream),
+                  int(meta.deterministic), self.hasher.prompt(meta.prompt_sha256),
+                  meta.prompt_chars, meta.max_tokens, meta.n, meta.logprobs_k,
+                  record.token_ids_source, routes.version if routes else None,
+                  int(record.baseline_streamed), routes.primary if routes else None,
+                  routes.shadow if routes else None, routes.baseline if routes else None,
+                  record.request_json if self.store_text else None]  # text only if kept
+        names = _EXCHANGE_COLUMNS.split(", ", 1)[1] + (", extra" if self._legacy_extra else "")
+        if self._legacy_extra:
+            values.append("{}")
+        cur = self._db.execute(f"INSERT INTO exchange ({names}) VALUES"
+                               f" ({','.join('?' * len(values))})", values)
         exchange_id = cur.lastrowid
         self._db.executemany(
             "INSERT INTO capture VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -219,12 +281,13 @@ class SqliteStore:
 
     def records(self, after_id: int = 0, limit: int | None = None,
                 batch: int = 500) -> Iterator[ExchangeRecord]:
-        """Records in insertion order; `extra["id"]` is the row id (for paging with after_id)."""
+        """Records in insertion order; `stored.row_id` is the row id (paging with after_id)."""
         left = limit
         while left is None or left > 0:
             size = batch if left is None else min(batch, left)
             rows = self._db.execute(
-                "SELECT * FROM exchange WHERE id > ? ORDER BY id LIMIT ?", (after_id, size)
+                f"SELECT {_EXCHANGE_COLUMNS} FROM exchange WHERE id > ? ORDER BY id LIMIT ?",
+                (after_id, size)
             ).fetchall()
             if not rows:
                 return
@@ -248,10 +311,9 @@ class SqliteStore:
     def _record(self, row: tuple[Any, ...], capture_rows: list[tuple[Any, ...]],
                 comparison_rows: list[tuple[Any, ...]]) -> ExchangeRecord:
         (row_id, request_id, started, endpoint, stream, det, sha, chars, max_tokens, n,
-         logprobs_k, extra_json) = row
-        extra = json.loads(extra_json)
-        extra["id"] = row_id
-        text_info: dict[str, dict[str, Any]] = {}
+         logprobs_k, source, route_version, baseline_streamed, url_primary, url_shadow,
+         url_baseline, request) = row
+        texts: list[tuple[Role, TextDigest]] = []
         hash_kind = self.hasher.kind(row_id)
         captures = []
         for c in capture_rows:
@@ -262,23 +324,26 @@ class SqliteStore:
                 packed = array("q")
                 packed.frombytes(c[12])
                 ids = tuple(packed)
-            text_info[c[1]] = {hash_kind: c[9], "chars": c[10]}
+            texts.append((c[1], TextDigest(hash_kind, c[9], c[10])))
             captures.append(Capture(
                 role=c[1], backend=c[2], status=c[3], ttft_s=c[4], itl_s=tuple(itl),
                 e2e_s=c[5], output_tokens=c[7], finish_reason=c[8], text=c[11] or "",
                 token_ids=ids, error=c[13], cancelled=bool(c[14])))
-        extra["text"] = text_info
         comparisons = tuple(Comparison(
             against=c[1], outcome=c[2], exact_match=bool(c[3]), first_divergence=c[4],
             edit_distance=c[5], length_delta=c[6], finish_reason_match=_from_opt_bool(c[7]),
             close_match=_from_opt_bool(c[8]), reason=c[9], basis=c[10],
-            field=c[11] if len(c) > 11 else None, choice=c[12] if len(c) > 12 else None)
-            for c in comparison_rows)
+            field=c[11], choice=c[12]) for c in comparison_rows)
         meta = RequestMeta(endpoint=endpoint, stream=bool(stream), deterministic=bool(det),
                            prompt_sha256=sha, prompt_chars=chars, max_tokens=max_tokens, n=n,
                            logprobs_k=logprobs_k)
+        routes = None if route_version is None or url_primary is None else \
+            RouteStamp(route_version, url_primary, url_shadow, url_baseline)
         return ExchangeRecord(request_id=request_id, started_unix=started, meta=meta,
-                              captures=tuple(captures), comparisons=comparisons, extra=extra)
+                              captures=tuple(captures), comparisons=comparisons,
+                              token_ids_source=source, routes=routes,
+                              baseline_streamed=bool(baseline_streamed), request_json=request,
+                              stored=Stored(row_id, tuple(texts)))
 
     def aggregates(self, latency_window: int = LATENCY_WINDOW,
                    window: EvidenceWindow | None = None,
@@ -305,8 +370,18 @@ class SqliteStore:
 
 
 def records_page(store: SqliteStore, after_id: int, limit: int) -> list[dict[str, Any]]:
-    """One page of records as JSON-ready dicts (run on the store's thread)."""
-    return [asdict(r) for r in store.records(after_id=after_id, limit=limit)]
+    """One page of records as JSON-ready dicts (run on the store's thread): each record's
+    fields, its row `id` (the next page's `after`) and its answers' digests by role."""
+    return [_record_json(r) for r in store.records(after_id=after_id, limit=limit)]
+
+
+def _record_json(record: ExchangeRecord) -> dict[str, Any]:
+    out = asdict(replace(record, stored=None))
+    del out["stored"]
+    if record.stored is not None:
+        out["id"] = record.stored.row_id
+        out["texts"] = {role: asdict(digest) for role, digest in record.stored.texts}
+    return out
 
 
 # Why a record (or admission-count rows) was not stored: the writer's queue was full, the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta, Role
+from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta, Role, RouteStamp
 from proxy.store import SqliteStore
 
 OLD, NEW, BASE = "http://old:8000", "http://new:8000", "http://base:8000"
@@ -37,9 +37,8 @@ def record(started: float, primary: str, shadow: str | None, *, ttft: dict[str, 
         outcome = "error" if errors.get(url) else "diverged" if bad else "match"
         comparisons.append(Comparison(role, outcome, outcome == "match",
                                       2 if bad else None, 1 if bad else 0, 1, True, None))
-    urls = {"primary": primary, "shadow": shadow, "baseline": baseline}
     return ExchangeRecord(f"r{started}", started, META, captures, tuple(comparisons),
-                          {"urls": urls})
+                          routes=RouteStamp(1, primary, shadow, baseline))
 
 
 def store_of(tmp_path: Any, records: list[ExchangeRecord]) -> SqliteStore:

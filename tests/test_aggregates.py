@@ -31,8 +31,8 @@ def test_window_keeps_only_its_versions_since_its_start(tmp_path):
         + [record(1010 + i, OLD, NEW, ttft=SPEEDS, diverged=i == 0) for i in range(4)]
         + [record(1020 + i, NEW, OLD, ttft=SPEEDS) for i in range(5)]  # after promotion
     )
-    legacy = record(1030, OLD, NEW, ttft=SPEEDS)
-    legacy.extra.clear()  # written before records said which URLs they were between
+    # written before records said which URLs they were between
+    legacy = replace(record(1030, OLD, NEW, ttft=SPEEDS), routes=None)
     store = store_of(tmp_path, [*records, legacy])
     window = store.aggregates(window=EvidenceWindow(SINCE, OLD, NEW))
     assert window.records == 9

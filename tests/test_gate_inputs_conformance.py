@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from proxy.compare.tally import GateInputs
-from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta, Role
+from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta, Role, RouteStamp
 from proxy.cutover.control import EvidenceWindow
 from proxy.store import SqliteStore
 
@@ -55,11 +55,12 @@ def varied_records(seed: int, n: int) -> list[ExchangeRecord]:
             roles.append("baseline")
         meta = RequestMeta(endpoint="chat", stream=stream, deterministic=rng.random() < 0.8,
                            prompt_sha256=f"{i:064x}", prompt_chars=10, max_tokens=40)
-        extra = {"baseline_streamed": rng.random() < 0.5} if "baseline" in roles else {}
+        baseline_streamed = "baseline" not in roles or rng.random() < 0.5
         records.append(ExchangeRecord(
             request_id=f"r{i}", started_unix=1000.0 + i, meta=meta,
             captures=tuple(_capture(rng, role, stream) for role in roles),
-            comparisons=tuple(_comparison(rng, role) for role in roles[1:]), extra=extra))
+            comparisons=tuple(_comparison(rng, role) for role in roles[1:]),
+            baseline_streamed=baseline_streamed))
     return records
 
 
@@ -115,10 +116,8 @@ def test_a_cutoff_on_start_times_judges_the_same_records_look_after_look(tmp_pat
     rng = random.Random(seed)
     records = []
     for record in varied_records(seed, 400):
-        urls = {"primary": OLD, "shadow": NEW,
-                "baseline": BASE if any(c.role == "baseline" for c in record.captures)
-                else None}
-        records.append(replace(record, extra={**record.extra, "urls": urls}))
+        baseline = BASE if any(c.role == "baseline" for c in record.captures) else None
+        records.append(replace(record, routes=RouteStamp(1, OLD, NEW, baseline)))
     # Each ends after a random time; now and then one hangs (a shadow held to its timeout).
     ends = [r.started_unix + (rng.uniform(60, 120) if rng.random() < 0.05
                               else rng.uniform(0.1, 5)) for r in records]

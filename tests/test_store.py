@@ -31,7 +31,7 @@ def _record(i: int, outcome: str = "match", deterministic: bool = True,
         comparisons.append(Comparison("baseline", "match", True, None, 0, 0, True, None))
         captures.append(_capture("baseline"))
     return ExchangeRecord(f"r{i}", 1000.0 + i, meta, tuple(captures), tuple(comparisons),
-                          {"token_ids_source": "tokenize"})
+                          token_ids_source="tokenize")
 
 
 def test_round_trip_without_text(tmp_path):
@@ -42,8 +42,10 @@ def test_round_trip_without_text(tmp_path):
     # The prompt's hash is kept keyed (tests/test_store_hashing.py), the rest as it was.
     assert back.meta == replace(original.meta, prompt_sha256=back.meta.prompt_sha256)
     assert back.comparisons == original.comparisons
-    assert back.extra["token_ids_source"] == "tokenize"
-    assert back.extra["text"]["primary"]["chars"] == len("secret completion")
+    assert back.token_ids_source == "tokenize"
+    assert back.stored is not None and back.stored.row_id == 1
+    digest = back.stored.text("primary")
+    assert digest is not None and digest.chars == len("secret completion")
     primary = back.captures[0]
     assert primary.text == "" and primary.token_ids is None
     assert primary.itl_s == (0.009999999776482582, 0.019999999552965164)  # float32 on disk
@@ -148,8 +150,7 @@ def test_per_token_latency_only_from_streamed_answers(tmp_path):
     token: never pooled. A baseline asked unstreamed for a streamed request gives neither
     (its E2E is of streamed traffic: `tally.latency_kind`)."""
     store = SqliteStore(str(tmp_path / "r.db"))
-    unstreamed_baseline = _record(2, baseline=True)
-    unstreamed_baseline.extra["baseline_streamed"] = False
+    unstreamed_baseline = replace(_record(2, baseline=True), baseline_streamed=False)
     store.write([_record(1, stream=False), unstreamed_baseline])
     latency = store.aggregates().latency
     assert (len(latency["primary"].ttft_s), len(latency["primary"].e2e_s)) == (1, 1)
@@ -173,8 +174,7 @@ def test_stored_latency_samples_equal_the_records_own(tmp_path):
         e2e = 0.3 + i / 100
         captures = tuple(replace(c, e2e_s=e2e * (1.5 if c.role == "shadow" else 1),
                                  output_tokens=1 + i % 5) for c in record.captures)
-        extra = {**record.extra, "baseline_streamed": i % 4 != 0}
-        records.append(replace(record, captures=captures, extra=extra))
+        records.append(replace(record, captures=captures, baseline_streamed=i % 4 != 0))
     store = SqliteStore(str(tmp_path / "r.db"))
     store.write(records)
     stored = store.aggregates().latency
@@ -226,3 +226,80 @@ async def test_admission_counts_are_written_before_a_later_read(tmp_path):
     assert admission is not None and admission.eligible == 4
     await store.close()
     store.add_admission(2.0, [("http://a", "http://b", "eligible", 1)])  # closed: logged only
+
+
+# The tables as stores wrote them before records had typed fields (what the gate and the
+# report read sat in one JSON column) and before comparisons named their field.
+_OLD_SCHEMA = """CREATE TABLE exchange (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, started_unix REAL NOT NULL,
+    endpoint TEXT NOT NULL, stream INTEGER NOT NULL, deterministic INTEGER NOT NULL,
+    prompt_sha256 TEXT NOT NULL, prompt_chars INTEGER NOT NULL, max_tokens INTEGER,
+    n INTEGER NOT NULL, logprobs_k INTEGER, extra TEXT NOT NULL);
+CREATE TABLE capture (
+    exchange_id INTEGER NOT NULL, role TEXT NOT NULL, backend TEXT NOT NULL, status INTEGER,
+    ttft_s REAL, e2e_s REAL, itl_s BLOB, output_tokens INTEGER, finish_reason TEXT,
+    text_sha256 TEXT NOT NULL, text_chars INTEGER NOT NULL, text TEXT, token_ids BLOB,
+    error TEXT, cancelled INTEGER NOT NULL, PRIMARY KEY (exchange_id, role));
+CREATE TABLE comparison (
+    exchange_id INTEGER NOT NULL, against TEXT NOT NULL, outcome TEXT NOT NULL,
+    exact_match INTEGER NOT NULL, first_divergence INTEGER, edit_distance INTEGER,
+    length_delta INTEGER, finish_reason_match INTEGER, close_match INTEGER, reason TEXT NOT NULL,
+    basis TEXT NOT NULL, PRIMARY KEY (exchange_id, against));"""
+
+
+def _old_database(path: str) -> None:
+    with sqlite3.connect(path) as db:
+        db.executescript(_OLD_SCHEMA)
+        rows = [(1, '{"token_ids_source": "tokenize", "route_version": 3, '
+                    '"baseline_streamed": false, "request": "{\\"prompt\\": \\"hi\\"}", '
+                    '"urls": {"primary": "http://old:8000", "shadow": "http://new:8000", '
+                    '"baseline": "http://base:8000"}}'),
+                (2, "{}")]  # older still: nothing said
+        for row_id, extra in rows:
+            db.execute("INSERT INTO exchange VALUES (?, ?, ?, 'chat', 1, 1, ?, 5, 16, 1, NULL, ?)",
+                       (row_id, f"r{row_id}", 1000.0 + row_id, "ab" * 32, extra))
+
+
+def _said(record: ExchangeRecord) -> tuple[Any, ...]:
+    return (record.token_ids_source, record.routes, record.baseline_streamed,
+            record.request_json)
+
+
+def test_an_older_database_is_read_and_migrated_to_typed_columns(tmp_path):
+    """A database whose records kept their routes, token source, baseline streaming and
+    request in a JSON column: read as it is (read-only, through a copy: the file is not
+    touched), and opened for writing it gets the columns, filled, and loses the JSON."""
+    from proxy.compare.types import RouteStamp
+
+    path = str(tmp_path / "old.db")
+    _old_database(path)
+    said = ("tokenize", RouteStamp(3, "http://old:8000", "http://new:8000", "http://base:8000"),
+            False, '{"prompt": "hi"}')
+    unsaid = (None, None, True, None)
+    before = open(path, "rb").read()
+    view = SqliteStore(path, readonly=True)
+    assert [_said(r) for r in view.records()] == [said, unsaid]
+    view.close()
+    assert open(path, "rb").read() == before
+    store = SqliteStore(path)
+    store.write([_record(3, baseline=True)])
+    assert [_said(r) for r in store.records()][:2] == [said, unsaid]
+    store.close()
+    with sqlite3.connect(path) as db:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(exchange)")}
+        urls = db.execute("SELECT url_primary, url_shadow, url_baseline FROM exchange"
+                          " WHERE id = 1").fetchone()
+    assert "extra" not in columns and urls == ("http://old:8000", "http://new:8000",
+                                               "http://base:8000")
+
+
+def test_a_request_is_stored_only_where_text_is_kept(tmp_path):
+    """A record carrying the client's body is written without it by a store that keeps no
+    text (the body is prompt text)."""
+    record = replace(_record(1), request_json='{"prompt": "secret"}')
+    for keep in (False, True):
+        store = SqliteStore(str(tmp_path / f"{keep}.db"), store_text=keep)
+        store.write([record])
+        (back,) = store.records()
+        assert back.request_json == (record.request_json if keep else None)
+        store.close()

@@ -6,10 +6,17 @@ import hashlib
 import sqlite3
 from dataclasses import replace
 
+from proxy.compare.types import ExchangeRecord, TextDigest
 from proxy.store import SqliteStore
 from tests.test_store import _record
 
 COMPLETION = "secret completion"
+
+
+def _digest(record: ExchangeRecord) -> TextDigest:
+    digest = record.stored.text("primary") if record.stored else None
+    assert digest is not None
+    return digest
 
 
 def _stored(path: str) -> tuple[list[str], list[str]]:
@@ -34,7 +41,7 @@ def test_a_guessed_completion_cannot_be_confirmed_but_equality_holds(tmp_path):
     reopened = SqliteStore(paths[0], readonly=True)
     assert reopened.hasher.text(COMPLETION) == texts_a[0]  # the key is kept in the database
     (first, _) = list(reopened.records())
-    assert first.extra["text"]["primary"] == {"hmac_sha256": texts_a[0], "chars": 17}
+    assert _digest(first) == TextDigest("hmac_sha256", texts_a[0], 17)
 
 
 def test_an_older_database_keeps_its_plain_hashes_and_says_which_are_keyed(tmp_path):
@@ -48,9 +55,10 @@ def test_an_older_database_keeps_its_plain_hashes_and_says_which_are_keyed(tmp_p
         db.execute("UPDATE capture SET text_sha256 = ?", (plain,))
     old_view = SqliteStore(path, readonly=True)
     (before,) = list(old_view.records())
-    assert before.extra["text"]["primary"] == {"sha256": plain, "chars": 17}
+    assert _digest(before) == TextDigest("sha256", plain, 17)
     store = SqliteStore(path)  # opened for writing: keyed from the next exchange on
     store.write([replace(_record(2), request_id="r2")])
     old, new = list(store.records())
-    assert old.extra["text"]["primary"] == {"sha256": plain, "chars": 17}
-    assert new.extra["text"]["primary"]["hmac_sha256"] != plain
+    assert _digest(old) == TextDigest("sha256", plain, 17)
+    new_digest = _digest(new)
+    assert new_digest.kind == "hmac_sha256" and new_digest.digest != plain

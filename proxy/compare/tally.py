@@ -252,7 +252,7 @@ def latency_kind(record: ExchangeRecord, cap: Capture) -> LatencyKind:
     for shadow samples that never come. Its tokens and length still count."""
     if not record.meta.stream:
         return "unstreamed"
-    if cap.role == "baseline" and not record.extra.get("baseline_streamed", True):
+    if cap.role == "baseline" and not record.baseline_streamed:
         return "neither"
     return "streamed"
 

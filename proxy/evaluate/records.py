@@ -21,10 +21,10 @@ def read_record_requests(db_path: str, *, logprobs: int, max_tokens: int) -> lis
         raise EvalInputError(str(exc)) from None
     out = []
     for record in records:
-        raw = record.extra.get("request")
-        if not isinstance(raw, str):
+        raw = record.request_json
+        if raw is None:
             continue
-        source = f"{db_path}:exchange {record.extra.get('id')}"
+        source = f"{db_path}:exchange {record.stored.row_id if record.stored else '?'}"
         try:
             obj = json.loads(raw)
         except ValueError:

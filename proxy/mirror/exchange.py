@@ -5,7 +5,8 @@ over the in-flight cap); the exchange starts the shadow/baseline requests at
 once as background tasks, taps the primary's relayed chunks into a
 CaptureBuilder, and when the primary is done hands everything to a background
 `finalize` task: wait for the mirrors, get comparable token ids, compare, then
-record to the store and the metrics. The handler never awaits any of it.
+record to the store and the metrics (those the fleet gate reads in start order:
+`proxy.mirror.start_order`). The handler never awaits any of it.
 """
 
 from __future__ import annotations
@@ -19,27 +20,35 @@ import os
 import time
 from collections.abc import Callable
 from time import perf_counter
-from typing import Any, Literal
+from typing import Any
 
 from multidict import CIMultiDict
 
 from proxy.compare.capture import CaptureBuilder
 from proxy.compare.diff import compare
 from proxy.compare.request import PreparedRequest, json_bytes, prepare
-from proxy.compare.types import Capture, Endpoint, ExchangeRecord, RequestMeta, Role
+from proxy.compare.types import (
+    Capture,
+    Endpoint,
+    ExchangeRecord,
+    RequestMeta,
+    Role,
+    RouteStamp,
+    TokenSource,
+)
 from proxy.credentials import without_credentials
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.admission import Admission
 from proxy.mirror.config import MirrorConfig
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.shadow import fetch_capture, mirror_headers, tokenize
+from proxy.mirror.start_order import StartOrderHold
 from proxy.mirror.upstream.routing import Routes, Upstream
 from proxy.store import RecordStore
 from proxy.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
-TokenSource = Literal["client", "tokenize", "equal_text", "none"]
 
 
 def _with_ids(capture: Capture, ids: tuple[int, ...]) -> Capture:
@@ -75,6 +84,7 @@ class Mirror(Admission):
         self.open_starts: dict[str, tuple[float, str | None]] = {}
         self._until: dict[str | None, float] = {}
         self.newest_start = time.time()  # records kept from before were complete then
+        self.evidence_hold = StartOrderHold()  # records not yet counted in the metrics
 
     def judged_until(self, shadow: str | None = None) -> float:
         """The cutoff the gate may judge before: every exchange started earlier (to
@@ -90,6 +100,26 @@ class Mirror(Admission):
                      default=math.nextafter(self.newest_start, math.inf))
         until = self._until[shadow] = max(self._until.get(shadow, 0.0), oldest)
         return until
+
+    def count_evidence(self, record: ExchangeRecord) -> None:
+        """Count `record` in the comparison and evidence metrics once every exchange that
+        started before it has ended (`proxy.mirror.start_order`)."""
+        forced = self.evidence_hold.hold(record)
+        if forced:
+            log.warning("%d record(s) counted in the evidence metrics before an older "
+                        "exchange ended: %d held (the limit)", len(forced),
+                        self.evidence_hold.limit)
+        self._observe(forced)
+
+    def release_evidence(self) -> None:
+        """Count the held records the cutoff has passed (after an exchange ends)."""
+        if len(self.evidence_hold):
+            self._observe(self.evidence_hold.release(self.judged_until()))
+
+    def _observe(self, records: list[ExchangeRecord]) -> None:
+        for record in records:
+            self.metrics.observe_comparisons(record.comparisons, record.meta.deterministic)
+            self.metrics.evidence.observe(record)
 
     def start(self, routes: Routes, path: str, headers: CIMultiDict[str],
               request: dict[str, Any], endpoint: Endpoint, *, admitted: bool = False,
@@ -233,6 +263,7 @@ class Exchange:
         self._held = []
         self.mirror.inflight -= 1
         self.mirror.open_starts.pop(self.request_id, None)
+        self.mirror.release_evidence()
         self.mirror.metrics.shadow_inflight.dec()
         if self.on_done is not None:
             self.on_done()
@@ -305,20 +336,20 @@ class Exchange:
             metrics.observe_capture(other, endpoint)
         if primary.cancelled:
             metrics.cancelled.inc()
-        metrics.observe_comparisons(comparisons, meta.deterministic)
         metrics.token_id_source.labels(source).inc()
+        urls = self.routes.urls()
         record = ExchangeRecord(
             request_id=self.request_id, started_unix=self.started_unix, meta=meta,
             captures=(primary, *(c for _, c in others)), comparisons=comparisons,
-            extra={"token_ids_source": source, "route_version": self.routes.version,
-                   "baseline_streamed": meta.stream and self.mirror.config.baseline_stream,
-                   "urls": self.routes.urls()},
+            token_ids_source=source,
+            routes=RouteStamp(self.routes.version, str(urls["primary"]), urls["shadow"],
+                              urls["baseline"]),
+            baseline_streamed=meta.stream and self.mirror.config.baseline_stream,
         )
-        metrics.evidence.observe(record)
+        self.mirror.count_evidence(record)
         if self.on_record is not None:
             self.on_record(record)
-        if self.request_json is not None:
-            record.extra["request"] = self.request_json
-        if self.mirror.store is not None:
-            self.mirror.store.put(record)
+        if self.mirror.store is not None:  # the client's body only to the store, if asked
+            self.mirror.store.put(record if self.request_json is None
+                                  else dataclasses.replace(record, request_json=self.request_json))
 

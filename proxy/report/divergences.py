@@ -51,9 +51,8 @@ def _against(record: ExchangeRecord, role: str) -> Comparison | None:
 
 def _entry(record: ExchangeRecord, comparison: Comparison) -> DivergedRequest:
     baseline = _against(record, "baseline")
-    row_id = record.extra.get("id")
     return DivergedRequest(
-        row_id=row_id if isinstance(row_id, int) else None,
+        row_id=record.stored.row_id if record.stored else None,
         request_id=record.request_id,
         started_unix=record.started_unix,
         endpoint=record.meta.endpoint,

@@ -42,6 +42,11 @@ def by_version(record: ExchangeRecord, promoted: bool, noise: bool) -> ExchangeR
     return dataclasses.replace(record, captures=captures, comparisons=comparisons)
 
 
+def _row(record: ExchangeRecord) -> int:
+    assert record.stored is not None  # read from the store
+    return record.stored.row_id
+
+
 def _open(db_path: str) -> SqliteStore:
     """The record store at `db_path`, read-only; ReportInputError quoting the path."""
     from proxy.store import SqliteStore
@@ -63,8 +68,8 @@ def load_store(db_path: str, window: EvidenceWindow | None = None,
         if window is None:
             return list(store.records()), store.aggregates()
         members = store.window_members(window)
-        records = [by_version(r, *members[r.extra["id"]]) for r in store.records()
-                   if r.extra["id"] in members]
+        records = [by_version(r, *members[_row(r)]) for r in store.records()
+                   if _row(r) in members]
         return records, store.aggregates(window=window)
     except sqlite3.Error as exc:
         raise ReportInputError(f"{db_path!r} is not a vllm-cutover record store: {exc}") from exc

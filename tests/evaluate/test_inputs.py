@@ -82,12 +82,12 @@ def test_records_without_text_are_refused_with_the_flag_named(tmp_path: Path) ->
     db = str(tmp_path / "r.db")
     meta = RequestMeta("completions", True, True, "0" * 64, 1, 8)
     cap = Capture("primary", "p", 200, 0.1, (), 0.2, 2, "length", "", (1, 2))
-    store = SqliteStore(db)
+    store = SqliteStore(db, store_text=True)
     store.write([ExchangeRecord("a", 1.0, meta, (cap,), ())])
     with pytest.raises(EvalInputError, match="--store-text"):
         read_record_requests(db, logprobs=5, max_tokens=8)
     store.write([ExchangeRecord("b", 2.0, meta, (cap,), (),
-                                {"request": json.dumps({"prompt": "hi", "model": "m"})})])
+                                request_json=json.dumps({"prompt": "hi", "model": "m"}))])
     store.close()
     (request,) = read_record_requests(db, logprobs=5, max_tokens=8)
     assert request.body["prompt"] == "hi" and request.body["temperature"] == 0

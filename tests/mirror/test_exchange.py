@@ -39,12 +39,13 @@ async def test_identical_backends_match_without_tokenize(backend, proxy, make_co
     assert resp.status == 200
     await resp.read()
     (record,) = await _records(client, settle)
-    assert record.extra["token_ids_source"] == "equal_text"
+    assert record.token_ids_source == "equal_text"
     assert primary.tokenized == 0  # equal texts give equal ids: nothing to re-tokenize
     assert _capture(record, "primary").text == ""  # text is not stored by default
     assert {c.against: c.outcome for c in record.comparisons} == {
         "shadow": "match", "baseline": "match"}
-    assert record.extra["text"]["primary"]["chars"] == len("Hello world! Bye")
+    digest = record.stored.text("primary") if record.stored else None
+    assert digest is not None and digest.chars == len("Hello world! Bye")
     # Streamed like the client by default: its latency is read the way the shadow's is.
     assert baseline.seen[0]["json"]["stream"] is stream
     assert shadow.seen[0]["json"]["stream"] is stream
@@ -63,7 +64,7 @@ async def test_divergence_found_and_client_ids_used(backend, proxy, make_config,
                              json={**GREEDY, "stream": True, "return_token_ids": True})
     await resp.read()
     (record,) = await _records(client, settle)
-    assert record.extra["token_ids_source"] == "client"
+    assert record.token_ids_source == "client"
     # The fake's ids are positional, so the ids match but the text the client reads does
     # not: the answer diverged, in its text, on the text's own basis.
     comparison = record.comparisons[0]
@@ -74,7 +75,7 @@ async def test_divergence_found_and_client_ids_used(backend, proxy, make_config,
     await resp.read()
     records = await _records(client, settle)
     comparison = records[-1].comparisons[0]
-    assert records[-1].extra["token_ids_source"] == "tokenize"
+    assert records[-1].token_ids_source == "tokenize"
     assert comparison.outcome == "diverged"
     assert comparison.first_divergence == len("Hello ")  # one id per character
     assert primary.tokenized == 2  # both texts, through the primary (keep-alive pool)
@@ -179,7 +180,7 @@ async def test_sampled_request_not_token_compared(backend, proxy, make_config, s
     await (await client.post("/v1/completions", json={"prompt": "x", "stream": True})).read()
     (record,) = await _records(client, settle)
     assert record.meta.deterministic is False
-    assert record.extra["token_ids_source"] == "none"
+    assert record.token_ids_source == "none"
     aggregates = await client.app[STORE_KEY].call(SqliteStore.aggregates)
     assert aggregates.shadow.compared == 0
 
@@ -192,7 +193,7 @@ async def test_baseline_streamed_by_default(backend, proxy, make_config, settle)
     (record,) = await _records(client, settle)
     assert baseline.seen[0]["json"]["stream"] is True
     assert baseline.seen[0]["json"]["stream_options"] == {"include_usage": True}
-    assert record.extra["baseline_streamed"] is True
+    assert record.baseline_streamed is True
     assert len(_capture(record, "baseline").itl_s) == 3
 
 
@@ -204,7 +205,7 @@ async def test_baseline_unstreamed_on_request(backend, proxy, make_config, settl
     await (await client.post("/v1/completions", json=body)).read()
     (record,) = await _records(client, settle)
     assert baseline.seen[0]["json"]["stream"] is False
-    assert record.extra["baseline_streamed"] is False
+    assert record.baseline_streamed is False
     assert {c.against: c.outcome for c in record.comparisons}["baseline"] == "match"
 
 
@@ -238,9 +239,9 @@ async def test_request_kept_only_with_store_text(backend, proxy, make_config, se
         resp = await client.post("/v1/completions", json=GREEDY)
         await resp.read()
         (record,) = await _records(client, settle)
-        assert ("request" in record.extra) is keep
+        assert (record.request_json is not None) is keep
         if keep:
-            assert json.loads(record.extra["request"]) == GREEDY
+            assert record.request_json is not None and json.loads(record.request_json) == GREEDY
 
 
 @pytest.mark.parametrize(("path", "knobs", "error"), [

@@ -102,7 +102,7 @@ def test_per_token_latency_only_from_streamed_answers(
     assert sorted(samples.e2e_unstreamed_s) == sorted(c.e2e_s for c in unstreamed)
     assert sorted(samples.tpot_unstreamed_s) == sorted(
         c.e2e_s / c.output_tokens for c in unstreamed)  # type: ignore[operator]
-    baseline_unstreamed = [replace(r, extra={"baseline_streamed": False}) for r in records]
+    baseline_unstreamed = [replace(r, baseline_streamed=False) for r in records]
     baseline = latency_samples(baseline_unstreamed)["baseline"]
     # Asked unstreamed for the 20 streamed requests: a latency of neither family (not like
     # the shadow's unstreamed E2E), so only the 20 unstreamed requests give E2E samples;
@@ -118,7 +118,7 @@ def test_streamed_traffic_with_an_unstreamed_baseline_is_judged_on_streamed_late
     unstreamed sample: counted as one, the gate waited forever for the shadow's."""
     from proxy.compare.gate import GateCriteria, GateInputs, evaluate
 
-    records = [replace(r, extra={"baseline_streamed": False})
+    records = [replace(r, baseline_streamed=False)
                for r in records_of(count=3000, seed=3)]
     criteria = GateCriteria(min_samples=20, min_baseline_samples=20)
     verdict = evaluate(GateInputs.from_records(records), criteria)

@@ -75,7 +75,9 @@ async def test_gate_stats_records_metrics(backend, proxy, admin, make_config, se
     assert stats["live"]["shadow_inflight"] == 0
     records = await (await api.get("/admin/records?limit=2", headers=AUTH)).json()
     assert len(records["records"]) == 2
-    after = records["records"][-1]["extra"]["id"]
+    after = records["records"][-1]["id"]
+    assert records["records"][0]["id"] < after
+    assert records["records"][0]["texts"]["primary"]["kind"] == "hmac_sha256"
     rest = await (await api.get(f"/admin/records?after={after}", headers=AUTH)).json()
     assert len(rest["records"]) == 1
     text = await (await api.get("/metrics")).text()
