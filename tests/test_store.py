@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta, Role
@@ -250,11 +252,11 @@ CREATE TABLE comparison (
 def _old_database(path: str) -> None:
     with sqlite3.connect(path) as db:
         db.executescript(_OLD_SCHEMA)
-        rows = [(1, '{"token_ids_source": "tokenize", "route_version": 3, '
-                    '"baseline_streamed": false, "request": "{\\"prompt\\": \\"hi\\"}", '
-                    '"urls": {"primary": "http://old:8000", "shadow": "http://new:8000", '
-                    '"baseline": "http://base:8000"}}'),
-                (2, "{}")]  # older still: nothing said
+        said = {"token_ids_source": "tokenize", "route_version": 3, "baseline_streamed": False,
+                "request": '{"prompt": "hi"}',
+                "urls": {"primary": "http://old:8000", "shadow": "http://new:8000",
+                         "baseline": "http://base:8000"}}
+        rows = [(1, json.dumps(said)), (2, "{}")]  # the second older still: nothing said
         for row_id, extra in rows:
             db.execute("INSERT INTO exchange VALUES (?, ?, ?, 'chat', 1, 1, ?, 5, 16, 1, NULL, ?)",
                        (row_id, f"r{row_id}", 1000.0 + row_id, "ab" * 32, extra))
@@ -276,11 +278,11 @@ def test_an_older_database_is_read_and_migrated_to_typed_columns(tmp_path):
     said = ("tokenize", RouteStamp(3, "http://old:8000", "http://new:8000", "http://base:8000"),
             False, '{"prompt": "hi"}')
     unsaid = (None, None, True, None)
-    before = open(path, "rb").read()
+    before = Path(path).read_bytes()
     view = SqliteStore(path, readonly=True)
     assert [_said(r) for r in view.records()] == [said, unsaid]
     view.close()
-    assert open(path, "rb").read() == before
+    assert Path(path).read_bytes() == before
     store = SqliteStore(path)
     store.write([_record(3, baseline=True)])
     assert [_said(r) for r in store.records()][:2] == [said, unsaid]

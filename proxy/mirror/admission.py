@@ -2,7 +2,8 @@
 
 `Admission` decides on the client path with only cheap bookkeeping (the sampler, the
 in-flight cap, the proxy's own overload: `proxy.mirror.load`); the in-process `Mirror`
-and the capture worker's client `RemoteMirror` add their own checks. Every request the
+and the capture worker's client `RemoteMirror` each hold one (`MirrorFront`: what the
+client path calls) and add their own checks. Every request the
 sampler chose is counted as eligible, every one not mirrored as shed with its reason, in
 the metrics and in an `AdmissionTally` that is flushed to the record store, so the gate
 and the report know the share of traffic their verdict stands on.
@@ -59,7 +60,8 @@ class AdmissionTally:
 
 
 class Admission:
-    """The sampler, the in-flight cap and overload shedding, with the counts they make."""
+    """The sampler, the in-flight cap and overload shedding, with the counts they make
+    (`inflight`: the exchanges its holder has started and not yet finished)."""
 
     def __init__(self, config: MirrorConfig, metrics: ProxyMetrics) -> None:
         self.config = config
@@ -79,11 +81,6 @@ class Admission:
         self.metrics.sampled.inc()
         return True
 
-    def start(self, routes: Routes, path: str, headers: CIMultiDict[str],
-              request: dict[str, Any], endpoint: Endpoint) -> ExchangeHandle | None:
-        """Begin mirroring one request (None: not mirrored, and why is counted)."""
-        raise NotImplementedError
-
     def shed(self, routes: Routes, reason: str, n: int = 1) -> None:
         """Count `n` eligible requests of `routes` not mirrored, for `reason`."""
         self.metrics.shadow_dropped.labels(reason).inc(n)
@@ -102,11 +99,24 @@ class Admission:
             return False
         return True
 
+
+
+class MirrorFront(Protocol):
+    """What the client path holds: the in-process `Mirror` or the worker's `RemoteMirror`."""
+
+    admission: Admission
+
+    def start(self, routes: Routes, path: str, headers: CIMultiDict[str],
+              request: dict[str, Any], endpoint: Endpoint) -> ExchangeHandle | None:
+        """Begin mirroring one request (None: not mirrored, and why is counted)."""
+        ...
+
     def flush_admission(self) -> None:
         """Hand the counts so far to the record store (where the gate reads them)."""
-        raise NotImplementedError
+        ...
 
-    async def flush_admission_forever(self, every_s: float = FLUSH_EVERY_S) -> None:
-        while True:
-            await asyncio.sleep(every_s)
-            self.flush_admission()
+
+async def flush_admission_forever(front: MirrorFront, every_s: float = FLUSH_EVERY_S) -> None:
+    while True:
+        await asyncio.sleep(every_s)
+        front.flush_admission()

@@ -37,7 +37,7 @@ from proxy.compare.stats import mann_whitney
 from proxy.compare.types import Endpoint
 from proxy.cutover.service import CUTOVER_KEY, CutoverService
 from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
-from proxy.mirror.admission import Admission, ExchangeHandle
+from proxy.mirror.admission import ExchangeHandle, MirrorFront, flush_admission_forever
 from proxy.mirror.candidates import CANDIDATES_KEY, CandidateMirrors, joined
 from proxy.mirror.config import ProxyConfig
 from proxy.mirror.control import MirrorControl
@@ -65,7 +65,7 @@ METRICS_KEY = web.AppKey("metrics", ProxyMetrics)
 ROUTER_KEY = web.AppKey("router", Router)
 STORE_KEY = web.AppKey("store", RecordStore)
 TASKS_KEY = web.AppKey("tasks", BackgroundTasks)
-MIRROR_KEY = web.AppKey("mirror", Admission)
+MIRROR_KEY = web.AppKey("mirror", MirrorFront)
 EVIDENCE_KEY = web.AppKey("evidence", Evidence)
 STATE_KEY = web.AppKey("state", StateFile)  # sections: "routes" (router), "cutover"
 CONTROL_KEY = web.AppKey("control", MirrorControl)  # what the cutover acts through
@@ -155,7 +155,8 @@ def _mirror(request: web.Request, routes: Routes, headers: CIMultiDict[str], bod
     stateful Responses request) goes to the primary only."""
     app = request.app
     mirror = app[MIRROR_KEY]
-    wanted = mirror.wants(routes, request.headers)
+    admission = mirror.admission
+    wanted = admission.wants(routes, request.headers)
     candidates = app.get(CANDIDATES_KEY)
     racing = candidates is not None and candidates.racing()
     if not wanted and not racing:
@@ -164,7 +165,7 @@ def _mirror(request: web.Request, routes: Routes, headers: CIMultiDict[str], bod
         req = read_request(body, app[CONFIG_KEY].max_body_bytes)
     except UnreadableRequest as exc:
         if wanted:
-            mirror.shed(routes, UNREADABLE)
+            admission.shed(routes, UNREADABLE)
             app[REFUSALS_KEY].warning("not mirrored: the body of %s %s is %s (relayed to "
                                       "the primary as sent)", request.method, request.path,
                                       exc)
@@ -173,7 +174,7 @@ def _mirror(request: web.Request, routes: Routes, headers: CIMultiDict[str], bod
     stateful = unmirrorable(req, endpoint)
     if wanted:
         if stateful is not None:
-            mirror.shed(routes, stateful)
+            admission.shed(routes, stateful)
         else:
             exchange = mirror.start(routes, request.raw_path, headers, req, endpoint)
     if racing and candidates is not None and stateful is None:
@@ -319,11 +320,11 @@ async def _tasks_ctx(app: web.Application) -> AsyncIterator[None]:
     mirror.flush_admission()
 
 
-def _watch(mirror: Admission, config: ProxyConfig) -> list[asyncio.Task[None]]:
+def _watch(mirror: MirrorFront, config: ProxyConfig) -> list[asyncio.Task[None]]:
     """The proxy's own load probe (for overload shedding) and the admission counts' flush."""
-    watchers = [start_task(mirror.flush_admission_forever(), "admission-flush")]
+    watchers = [start_task(flush_admission_forever(mirror), "admission-flush")]
     if config.mirror.overload_lag_s > 0:
-        watchers.append(start_task(mirror.load.watch(), "loop-load"))
+        watchers.append(start_task(mirror.admission.load.watch(), "loop-load"))
     return watchers
 
 

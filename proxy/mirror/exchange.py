@@ -68,12 +68,14 @@ def unstreamed(prepared: PreparedRequest) -> bytes:
     return json_bytes(request)
 
 
-class Mirror(Admission):
+class Mirror:
     """In-process mirroring: admission, plus the collaborators every `Exchange` uses."""
 
     def __init__(self, config: MirrorConfig, tasks: BackgroundTasks, metrics: ProxyMetrics,
                  store: RecordStore | None) -> None:
-        super().__init__(config, metrics)
+        self.config = config
+        self.metrics = metrics
+        self.admission = Admission(config, metrics)
         self.tasks = tasks
         self.store = store
         self.tokenize_slots = asyncio.Semaphore(config.tokenize_concurrency)
@@ -131,7 +133,7 @@ class Mirror(Admission):
         caller already decided (the capture worker); `started`: (time.time(),
         perf_counter()) of the client's request when it arrived elsewhere.
         """
-        if not admitted and not self.admit(routes, self.tasks.closing):
+        if not admitted and not self.admission.admit(routes, self.tasks.closing):
             return None
         if self.tasks.closing:
             return None
@@ -140,7 +142,7 @@ class Mirror(Admission):
         return exchange
 
     def flush_admission(self) -> None:
-        rows = self.tally.take()
+        rows = self.admission.tally.take()
         if rows and self.store is not None:
             self.store.add_admission(time.time(), rows)
 
@@ -169,7 +171,7 @@ class Exchange:
     def launch(self, path: str, headers: CIMultiDict[str], request: dict[str, Any],
                endpoint: Endpoint) -> None:
         mirror = self.mirror
-        mirror.inflight += 1
+        mirror.admission.inflight += 1
         mirror.open_starts[self.request_id] = (
             self.started_unix, self.routes.shadow.url if self.routes.shadow else None)
         mirror.newest_start = max(mirror.newest_start, self.started_unix)
@@ -261,7 +263,7 @@ class Exchange:
         for upstream in self._held:
             upstream.release()
         self._held = []
-        self.mirror.inflight -= 1
+        self.mirror.admission.inflight -= 1
         self.mirror.open_starts.pop(self.request_id, None)
         self.mirror.release_evidence()
         self.mirror.metrics.shadow_inflight.dec()

@@ -123,10 +123,10 @@ async def test_a_late_loop_sheds_only_when_busy_with_its_own_work(backend, proxy
         assert (await resp.read()).endswith(b"data: [DONE]\n\n")  # the client is served
 
     # Late because other processes hold the CPUs (a load the probe no longer updates).
-    mirror.load = LoopLoad(lag_s=0.05, busy=0.1)
+    mirror.admission.load = LoopLoad(lag_s=0.05, busy=0.1)
     await send()
     assert len(await _records(client, settle)) == 1
-    mirror.load.busy = 0.9  # late and busy with its own work
+    mirror.admission.load.busy = 0.9  # late and busy with its own work
     await send()
     assert len(await _records(client, settle)) == 1
     metrics: ProxyMetrics = client.app[METRICS_KEY]

@@ -180,11 +180,11 @@ async def get_stats(request: web.Request) -> web.Response:
         return _unavailable(exc)
     mirror = main[MIRROR_KEY]
     stats["live"] = {
-        "shadow_inflight": mirror.inflight,
+        "shadow_inflight": mirror.admission.inflight,
         "inflight": main[CONTROL_KEY].inflight_by_lane(),
         "background_tasks": len(main[TASKS_KEY]),
         "routes": main[ROUTER_KEY].routes.as_json(),
-        "proxy_loop": _load_json(mirror.load),
+        "proxy_loop": _load_json(mirror.admission.load),
         "flagger": request.app.get(FLAGGER_LAST_KEY) or None,
     }
     if isinstance(mirror, RemoteMirror):

@@ -91,13 +91,15 @@ class RemoteExchange:
         self.payloads, self.times = [], []
 
 
-class RemoteMirror(Admission):
+class RemoteMirror:
     """Admission on the client path; the exchanges themselves run in the capture worker."""
 
     def __init__(self, config: ProxyConfig, metrics: ProxyMetrics,
                  cpus: tuple[int, ...] | None = None,
                  confirm_peer: Callable[[str], Awaitable[str | None]] | None = None) -> None:
-        super().__init__(config.mirror, metrics)
+        self.config = config.mirror
+        self.metrics = metrics
+        self.admission = Admission(config.mirror, metrics)
         self.link = WorkerLink(config, self._done, self._lost, cpus, confirm_peer)
         self.exchanges: dict[int, RemoteExchange] = {}
         self._xids = count(1)
@@ -108,14 +110,15 @@ class RemoteMirror(Admission):
 
     def start(self, routes: Routes, path: str, headers: CIMultiDict[str],
               request: dict[str, Any], endpoint: Endpoint) -> RemoteExchange | None:
-        if not self.admit(routes, self.closing):
+        admission = self.admission
+        if not admission.admit(routes, self.closing):
             return None
         link = self.link
         if not link.ready:
-            self.shed(routes, "worker_down")
+            admission.shed(routes, "worker_down")
             return None
         if link.behind(self.config.max_worker_delay_s):
-            self.shed(routes, "worker_busy")
+            admission.shed(routes, "worker_busy")
             return None
         xid = next(self._xids)
         shadow, baseline = routes.shadow, routes.baseline
@@ -126,7 +129,7 @@ class RemoteMirror(Admission):
                       path, list(headers.items()), request, endpoint, time.time(), perf_counter())
         held = [u.acquire() for u in (routes.primary, shadow, baseline) if u is not None]
         exchange = self.exchanges[xid] = RemoteExchange(link, xid, routes, held, start)
-        self.inflight += 1
+        admission.inflight += 1
         self.metrics.shadow_inflight.inc()
         asyncio.get_running_loop().call_soon(exchange.send_start)
         return exchange
@@ -139,7 +142,7 @@ class RemoteMirror(Admission):
         exchange.start = None
         for upstream in exchange.held:
             upstream.release()
-        self.inflight -= 1
+        self.admission.inflight -= 1
         self.metrics.shadow_inflight.dec()
 
     def _lost(self) -> None:
@@ -148,12 +151,13 @@ class RemoteMirror(Admission):
         for exchange in lost:
             self._done(exchange.xid)
             if not self.closing:
-                self.shed(exchange.routes, "worker_lost")
+                self.admission.shed(exchange.routes, "worker_lost")
 
     def flush_admission(self) -> None:
-        rows = self.tally.take()
+        tally = self.admission.tally
+        rows = tally.take()
         if rows and not self.link.send(AdmissionCounts(time.time(), rows)):
-            self.tally.give_back(rows)  # the worker is down: with the next flush
+            tally.give_back(rows)  # the worker is down: with the next flush
 
     async def close(self, drain_timeout_s: float) -> int:
         self.closing = True

@@ -157,7 +157,7 @@ async def test_a_worker_that_falls_behind_sheds_mirrors_and_the_client_is_served
         for _ in range(3):
             resp = await client.post("/v1/completions", json=GREEDY)
             assert resp.status == 200 and await resp.read() == direct
-        assert mirror.inflight == 1
+        assert mirror.admission.inflight == 1
     finally:
         os.kill(mirror.link.pid, signal.SIGCONT)
     stats = await _stats_when(api, _recorded(2))  # the worker catches up
@@ -186,7 +186,7 @@ async def test_shutdown_records_every_mirror_in_flight(backend, proxy, admin, ma
     client = await proxy(config)
     for _ in range(4):
         await (await client.post("/v1/completions", json=GREEDY)).read()
-    assert client.app[MIRROR_KEY].inflight == 4  # the shadow answers are still coming
+    assert client.app[MIRROR_KEY].admission.inflight == 4  # the shadow answers are still coming
     await client.close()  # app cleanup: the worker drains, records, exits
     assert client.app[MIRROR_KEY].link.process.returncode == 0
     with sqlite3.connect(db) as conn:
