@@ -19,8 +19,8 @@ from typing import Any
 
 from _cutover_figures import Switch
 
-from proxy.cutover.client import CutoverClient
 from proxy.cutover.driver import LABEL_REPLACES
+from proxy.cutover.shell.client import CutoverClient
 from tests.e2e.cutover_harness import CutoverProxy
 from tests.e2e.images import DEFAULT_BASE_IMAGE, ImageBuilder
 from tests.e2e.proxy_fixtures import ADMIN_TOKEN

@@ -1,7 +1,7 @@
 """The gate of `gate_calibration.py`, vectorized over runs, and the one-look test planned for
 a fixed horizon that the benchmark prices it against.
 
-`gate_verdict` is `proxy.compare.gate.evaluate` at the default criteria for records with a
+`gate_verdict` is `proxy.gate.verdict.evaluate` at the default criteria for records with a
 baseline (every check's rule, alpha and window as `checks.py` and `latency_checks.py`
 write them, on the gate's own `sequential` bounds): samples, match rate, paired p50 of
 each latency metric, quantile-ratio p99 on the store's bucketed tails, output lengths and
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from proxy.compare.gate import GateCriteria
-from proxy.compare.sequential import mean_bounds_array, paired_log_wealth_array
+from proxy.gate.sequential import mean_bounds_array, paired_log_wealth_array
+from proxy.gate.verdict import GateCriteria
 
 Array = NDArray[np.float64]
 Status = NDArray[np.int64]

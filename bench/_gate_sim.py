@@ -21,7 +21,7 @@ from statistics import NormalDist
 import numpy as np
 from numpy.typing import NDArray
 
-from proxy.compare.sketch import FLOOR_S, WIDTH
+from proxy.gate.sketch import FLOOR_S, WIDTH
 
 Array = NDArray[np.float64]
 _NORMAL = NormalDist()
@@ -92,7 +92,7 @@ class Traffic:
         return np.asarray(self.ttft[role] + self.tpot[role] * (self.tokens[role] - 1))
 
     def metric(self, role: str, metric: str) -> tuple[Array, NDArray[np.bool_]]:
-        """`metric` per request as `proxy.compare.tally` computes it from a capture, and
+        """`metric` per request as `proxy.gate.tally` computes it from a capture, and
         whether the request gives that sample (a complete answer of that kind)."""
         e2e, ttft, tokens = self.e2e(role), self.ttft[role], self.tokens[role]
         ok = self.ok[role]
@@ -205,7 +205,7 @@ class RankTrees:
 
 
 def bucket_edges(values: Array) -> tuple[Array, Array]:
-    """The lower and upper edge of each value's `proxy.compare.sketch` bucket (what the
+    """The lower and upper edge of each value's `proxy.gate.sketch` bucket (what the
     store's tails read a rank as)."""
     with np.errstate(invalid="ignore", divide="ignore"):
         bucket = np.where(values > FLOOR_S,

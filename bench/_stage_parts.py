@@ -23,7 +23,7 @@ from _paths import Layout, backend
 from _procs import free_port
 from multidict import CIMultiDict
 
-from proxy.compare.request import PreparedRequest
+from proxy.capture.request import PreparedRequest
 from proxy.mirror.config import ProxyConfig, RouteConfig, StoreConfig
 from proxy.mirror.exchange import unstreamed
 from proxy.mirror.shadow import mirror_headers

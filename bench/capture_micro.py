@@ -13,8 +13,8 @@ import json
 import time
 from collections.abc import Callable
 
-from proxy.compare.capture import CaptureBuilder
-from proxy.compare.sse import SSEDecoder
+from proxy.capture.builder import CaptureBuilder
+from proxy.capture.sse import SSEDecoder
 
 
 def vllm_chat_stream(tokens: int, top_logprobs: int = 0) -> list[bytes]:

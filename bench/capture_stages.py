@@ -52,15 +52,16 @@ from _backend import answer_events, full_answer
 from _stage_parts import Cpu, Stream, cpu_now, handover, reads, whole_worker, with_backends
 from prometheus_client import CollectorRegistry
 
-from proxy.compare.capture import BATCH_EVENTS, CaptureBuilder, _parse_batch
+from proxy.capture.builder import BATCH_EVENTS, CaptureBuilder, _parse_batch
+from proxy.capture.request import prepare
+from proxy.capture.sse import SSEDecoder
+from proxy.capture.types import Capture
 from proxy.compare.diff import compare
-from proxy.compare.gate import GateCriteria
-from proxy.compare.request import prepare
-from proxy.compare.sse import SSEDecoder
-from proxy.compare.types import Capture, ExchangeRecord, RouteStamp
+from proxy.compare.types import ExchangeRecord, RouteStamp
+from proxy.evidence.store import SqliteStore
+from proxy.gate.verdict import GateCriteria
 from proxy.metrics import ProxyMetrics
-from proxy.mirror.verdict import _evaluate
-from proxy.store import SqliteStore
+from proxy.mirror.judging import _evaluate
 
 TOKENS = 64
 ITL_S = 0.002

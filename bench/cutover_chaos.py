@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from proxy.cutover.client import CutoverClient
+from proxy.cutover.shell.client import CutoverClient
 from tests.e2e.cutover_harness import TERMINAL, CutoverProxy, LoadThread, wait_count
 from tests.e2e.proxy_fixtures import ADMIN_TOKEN
 from tests.e2e.servers import HOST, ServerProcess, free_port, spawn

@@ -9,7 +9,7 @@ side), promotion at the first pass, an abort after `failure_limit` (3) failing
 evaluations in a row. The verdict at each look is the current gate at its default
 `GateCriteria`, vectorized over runs (`_gate_rules.gate_verdict`: the gate's own
 `sequential` bounds, windows and bucketed tails); on `--check-runs` runs per cell the
-vectorized verdict is compared with `proxy.compare.gate.evaluate` over `GateInputs` built
+vectorized verdict is compared with `proxy.gate.verdict.evaluate` over `GateInputs` built
 by `GateInputs.from_records` from the same requests as `ExchangeRecord`s, at the deciding
 look, the look before it and one in between (mismatches are printed and counted).
 
@@ -42,13 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _gate_rules import FAIL, PASS, Look, fixed_pass, fixed_ranks, gate_verdict
 from _gate_sim import Model, RankTrees, Series, Traffic, bucket_edges, draw_traffic
 
-from proxy.compare.gate import GateCriteria, GateInputs, evaluate
-from proxy.compare.sequential import quantile_rank_table
-from proxy.compare.stats import wilson_interval
-from proxy.compare.tally import LATENCY_WINDOW
-from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta, Role
+from proxy.capture.types import Capture, RequestMeta, Role
+from proxy.compare.types import Comparison, ExchangeRecord
 from proxy.compare.types import Outcome as CompareOutcome
 from proxy.cutover.spec import CutoverSpec
+from proxy.gate.sequential import quantile_rank_table
+from proxy.gate.stats import wilson_interval
+from proxy.gate.tally import LATENCY_WINDOW
+from proxy.gate.verdict import GateCriteria, GateInputs, evaluate
 
 RATE_PER_S = 5
 METRICS = ("ttft", "tpot", "e2e_unstreamed", "tpot_unstreamed")

@@ -3,7 +3,7 @@ ends a cutover that would have decided, and how soon it ends one that would not.
 
 Each run is one simulated cutover at `--rate` requests/s, every request deterministic and
 streamed, mirrored to new and to a baseline. Every `--look-s` seconds from the analysis
-delay to the timeout the gate's own `proxy.compare.gate.evaluate` judges real `GateInputs`
+delay to the timeout the gate's own `proxy.gate.verdict.evaluate` judges real `GateInputs`
 (match counts, the newest 5,000 requests' latency, TTFT/TPOT pairs baseline-vs-shadow as
 the capture worker records them), and the cutover's own rule decides: a pass promotes, a
 fail on 3 looks in a row aborts (`Reconciler`'s failure limit), and otherwise
@@ -34,11 +34,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts, evaluate
-from proxy.compare.stats import LatencySamples
-from proxy.compare.tally import LATENCY_WINDOW, WORKER_BASIS, Pairs
 from proxy.cutover.eta import ends_early, estimate, hopeless_since
 from proxy.cutover.model import CutoverSpec
+from proxy.gate.stats import LatencySamples
+from proxy.gate.tally import LATENCY_WINDOW, WORKER_BASIS, Pairs
+from proxy.gate.verdict import GateCriteria, GateInputs, MatchCounts, evaluate
 
 TTFT_S, TPOT_S, TOKENS = 0.2, 0.02, 200
 SHARED_SIGMA, NOISE_SIGMA = 0.45, 0.2

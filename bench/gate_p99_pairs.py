@@ -28,7 +28,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from proxy.compare.sequential import quantile_ranks
+from proxy.gate.sequential import quantile_ranks
 
 LIMIT = 1.25
 ALPHA = 0.05

@@ -6,7 +6,7 @@ Each run: Poisson arrivals at `--rate` requests/s; old and new answer in `--answ
 seconds (uniform 0.5x-1.5x), except that new hangs on `--hang` of requests until the
 shadow timeout (`--timeout-s`) and is recorded then as an error. Every `--look-s` seconds
 up to the analysis timeout, the gate's own paired error check
-(`proxy.compare.checks.error_rate`, at the default criteria) judges the `ErrorPairs` of the
+(`proxy.gate.checks.error_rate`, at the default criteria) judges the `ErrorPairs` of the
 records in scope; the first pass or fail ends the run. The cutoff here is the definition
 (the oldest start still out), not the proxy's code; the statistics are the product's.
 
@@ -21,9 +21,9 @@ import random
 import statistics
 import sys
 
-from proxy.compare.checks import error_rate
-from proxy.compare.gate import GateCriteria
-from proxy.compare.tally import ErrorPairs, GateInputs, MatchCounts
+from proxy.gate.checks import error_rate
+from proxy.gate.tally import ErrorPairs, GateInputs, MatchCounts
+from proxy.gate.verdict import GateCriteria
 
 
 def _run(rng: random.Random, rate: float, hang: float, answer_s: float, timeout_s: float,

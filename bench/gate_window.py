@@ -6,7 +6,7 @@ runs:
 - window: the p99 checks read the newest `tally.LATENCY_WINDOW` requests' samples (the
   gate before this change);
 - buckets: they read every sample since the start in 0.1 % log buckets
-  (`GateInputs.tails`, `proxy.compare.sketch`), as the store now gives them.
+  (`GateInputs.tails`, `proxy.gate.sketch`), as the store now gives them.
 
 Prints, per way, how many runs promoted within `--requests` a side and the median
 requests a side to promotion; the run-to-run spread is the runs themselves.
@@ -27,11 +27,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from proxy.compare.criteria import GateCriteria
-from proxy.compare.gate import evaluate
-from proxy.compare.sketch import LogHistogram
-from proxy.compare.stats import LatencySamples
-from proxy.compare.tally import LATENCY_WINDOW, GateInputs, MatchCounts, Pairs
+from proxy.gate.criteria import GateCriteria
+from proxy.gate.sketch import LogHistogram
+from proxy.gate.stats import LatencySamples
+from proxy.gate.tally import LATENCY_WINDOW, GateInputs, MatchCounts, Pairs
+from proxy.gate.verdict import evaluate
 
 ROLES = ("primary", "shadow", "baseline")
 

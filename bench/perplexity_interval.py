@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy.compare.stats import wilson_interval
 from proxy.evaluate.perplexity import Scored, paired_delta
+from proxy.gate.stats import wilson_interval
 
 
 def draw(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -23,8 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.compare.gate import GateCriteria
-from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
+from proxy.capture.types import Capture, RequestMeta
+from proxy.compare.types import Comparison, ExchangeRecord
+from proxy.gate.verdict import GateCriteria
 from proxy.tune.race import Race, RaceCriteria
 
 META = RequestMeta(endpoint="chat", stream=True, deterministic=True, prompt_sha256="ab" * 32,

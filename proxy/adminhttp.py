@@ -2,7 +2,7 @@
 read with a depth limit, and a middleware that makes every HTTP error a JSON one.
 
 Both admin apps (the proxy's, `proxy.mirror.admin.api`, and the cutover's endpoints on it,
-`proxy.cutover.admin`) import these public names; neither imports the other's helpers.
+`proxy.cutover.shell.admin`) import these public names; neither imports the other's helpers.
 Bad input is a 4xx with a JSON body, never a 500: header bytes that are not UTF-8, JSON
 nested deeper than `proxy.jsontext.MAX_JSON_DEPTH`, a wrong method (405 with `Allow`). An
 error never quotes a token back, and every answer has URL credentials redacted.

@@ -16,8 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
-from proxy.compare.types import Capture, Comparison
-from proxy.evidence_metrics import EvidenceMetrics
+from proxy.capture.types import Capture
+from proxy.compare.types import Comparison
+from proxy.evidence.metrics import EvidenceMetrics
 from proxy.histograms import BulkHistogram
 
 __all__ = ["CONTENT_TYPE_LATEST", "BulkHistogram", "ProxyMetrics", "status_class"]

@@ -29,11 +29,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from _cutover_stack import NEW_VERSION, Pacing, Stack, cutover_stack, sim_image
 
 from proxy.cli.gate_args import add_gate_arguments, gate_criteria
-from proxy.compare.gate import GateCriteria
 from proxy.cutover.driver import LABEL_REPLACES
 from proxy.demo.run import show_report
 from proxy.demo.steady import SteadyLoad
 from proxy.demo.story import watch
+from proxy.gate.verdict import GateCriteria
 from proxy.terminal import StatusLine
 
 CLIENTS = 16

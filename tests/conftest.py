@@ -10,13 +10,11 @@ Both skip when the resource is missing, or fail when VLLM_CUTOVER_REQUIRE_E2E=1.
 status serve the README's command test and the demo's story tests.
 The fixtures that start vLLM servers live in tests/e2e/conftest.py.
 
-Run in parallel (`pytest -n 2`, as `scripts/dev.sh test` does), each test is given an
-`xdist_group` (`pytest_collection_modifyitems` below): everything that runs vLLM engines
-or touches the Docker engine is one group, run one test at a time on one worker (the
-engines' memory cap and the image builds are per process, and two CPU engines at once
-would starve each other); the Prometheus tests and the README demo's readers are a group
-each (one server, one demo run); every other test is grouped with its module (module
-fixtures start once).
+Two lanes (`--lane engines|rest`; `scripts/dev.sh test` runs both at once): everything
+that runs vLLM engines or touches the Docker engine is the `engines` lane, one test at a
+time (the engines' memory cap and the image builds are per process, and two CPU engines
+at once would starve each other); every other test is the `rest` lane. Without `--lane`
+every test runs, in this process.
 """
 
 from __future__ import annotations
@@ -107,27 +105,31 @@ def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom
 
 
 ENGINE_FIXTURES = frozenset({"vllm_python", "docker_client"})
-SHARED_FIXTURES = {"prometheus_server": "prometheus", "readme_demo": "readme-demo"}
+LANES = ("engines", "rest")
 
 
-def xdist_group(item: pytest.Item) -> str:
-    """The group `item` runs in under `--dist loadgroup` (see the module's docstring)."""
-    names = set(getattr(item, "fixturenames", ()))
-    for mark in item.iter_markers("shares"):  # a session fixture read by getfixturevalue
-        names.update(mark.args)
+def lane(item: pytest.Item) -> str:
+    """The lane `item` runs in (see the module's docstring)."""
     if item.get_closest_marker("vllm") or item.get_closest_marker("docker") \
-            or names & ENGINE_FIXTURES:
+            or set(getattr(item, "fixturenames", ())) & ENGINE_FIXTURES:
         return "engines"
-    for fixture, group in SHARED_FIXTURES.items():
-        if fixture in names:
-            return group
-    return item.nodeid.split("::")[0]
+    return "rest"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--lane", choices=LANES, default=None,
+                     help="run only this lane's tests: 'engines' (vLLM engines, Docker) or "
+                          "'rest' (scripts/dev.sh test runs both at once)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    chosen = config.getoption("--lane")
+    if chosen is None:
+        return
+    deselected = [item for item in items if lane(item) != chosen]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if lane(item) == chosen]
 
 
 README_DEMO = "bash scripts/dev.sh demo"  # the README's first command

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta, Role, RouteStamp
-from proxy.store import SqliteStore
+from proxy.capture.types import Capture, RequestMeta, Role
+from proxy.compare.types import Comparison, ExchangeRecord, RouteStamp
+from proxy.evidence.store import SqliteStore
 
 OLD, NEW, BASE = "http://old:8000", "http://new:8000", "http://base:8000"
 OTHER, OTHER_BASE = "http://other:8000", "http://base2:8000"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.compare.criteria import RATIO_LIMITS, GateCriteria
+from proxy.gate.criteria import RATIO_LIMITS, GateCriteria
 
 
 def tokens_only(**overrides: Any) -> GateCriteria:

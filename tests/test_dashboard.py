@@ -21,10 +21,10 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
-from proxy.compare.criteria import RATIO_LIMITS
-from proxy.compare.tally import UNMIRRORABLE_REASONS
-from proxy.cutover.client import CutoverClient
+from proxy.cutover.shell.client import CutoverClient
 from proxy.fleet.promql import SHED_REASONS
+from proxy.gate.criteria import RATIO_LIMITS
+from proxy.gate.tally import UNMIRRORABLE_REASONS
 from proxy.metrics import BulkHistogram, ProxyMetrics
 from tests.e2e.cutover_harness import TERMINAL, LoadThread
 from tests.e2e.gate_sims import MODEL, proxy, sims

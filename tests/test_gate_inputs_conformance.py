@@ -15,10 +15,11 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.compare.tally import GateInputs
-from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta, Role, RouteStamp
-from proxy.cutover.control import EvidenceWindow
-from proxy.store import SqliteStore
+from proxy.capture.types import Capture, RequestMeta, Role
+from proxy.compare.types import Comparison, ExchangeRecord, RouteStamp
+from proxy.evidence.store import SqliteStore
+from proxy.evidence.window import EvidenceWindow
+from proxy.gate.tally import GateInputs
 
 
 def _capture(rng: random.Random, role: Role, stream: bool) -> Capture:

@@ -20,12 +20,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "proxy"
 LAYERS = (
     # foundations: no knowledge of vLLM, traffic or cutovers
     "proxy", "proxy.atomic", "proxy.credentials", "proxy.tasks", "proxy.eventloop",
-    "proxy.histograms", "proxy.record_hash", "proxy.statefile", "proxy.terminal", "proxy.urls",
+    "proxy.histograms", "proxy.statefile", "proxy.terminal", "proxy.urls",
     "proxy.jsontext", "proxy.adminhttp", "proxy.boundedhttp", "proxy.exitcodes",
-    # pure cores: values in, values out
-    "proxy.compare", "proxy.launcher", "proxy.cutover", "proxy.tune",
-    # what the mirror and the reports share: aggregates, metrics, the record store
-    "proxy.aggregates", "proxy.evidence_metrics", "proxy.metrics", "proxy.store",
+    # the stages a mirrored request's evidence passes, in order: its answers captured,
+    # compared, judged by the gate's statistics, kept and read back as evidence
+    "proxy.capture", "proxy.compare", "proxy.gate", "proxy.evidence",
+    # pure cores: values in, values out (the cutover's I/O shell above its core)
+    "proxy.launcher", "proxy.cutover", "proxy.cutover.shell", "proxy.tune",
+    # the proxy's own metrics (the evidence metrics among them)
+    "proxy.metrics",
     # the applications
     "proxy.mirror", "proxy.report", "proxy.fleet", "proxy.scan", "proxy.sim", "proxy.evaluate",
     "proxy.demo",
@@ -121,7 +124,11 @@ def _external(path: Path) -> set[str]:
 
 
 def _unit(module: str) -> str:
-    return ".".join(module.split(".")[:2])
+    """The LAYERS unit `module` belongs to: the longest one naming it or a package above it
+    (a subpackage listed on its own, as the cutover's shell, is its own unit)."""
+    parts = module.split(".")
+    return next((".".join(parts[:n]) for n in range(len(parts), 1, -1)
+                 if ".".join(parts[:n]) in LAYERS), ".".join(parts[:2]))
 
 
 def test_the_circle_finder_finds_a_circle_through_three_modules() -> None:
@@ -160,4 +167,25 @@ def test_only_the_cutover_driver_touches_the_docker_sdk() -> None:
     """README: the Docker socket is touched only by the cutover's driver; `verify` and
     `eval memory` read containers through it."""
     users = sorted(name for name, path in MODULES.items() if "docker" in _external(path))
-    assert users == ["proxy.cutover.docker_driver"]
+    assert users == ["proxy.cutover.shell.docker_driver"]
+
+
+# What the cutover's pure core never imports: its I/O lives in proxy.cutover.shell.
+IO_MODULES = {"aiohttp", "asyncio", "docker", "requests", "socket", "subprocess", "threading",
+              "sqlite3", "shutil", "urllib.request", "urllib.error", "http"}
+
+
+def test_the_cutover_core_does_no_io() -> None:
+    """The state machine, its phases and values decide; the shell (driver, reconciler,
+    service, admin, client, probes) acts. The core is tested by stepping it, not by I/O."""
+    core = {name: path for name, path in MODULES.items()
+            if _unit(name) == "proxy.cutover"}
+    assert "proxy.cutover.machine" in core and "proxy.cutover.shell.reconciler" not in core
+    found = []
+    for name, path in sorted(core.items()):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            imported = [alias.name for alias in node.names] if isinstance(node, ast.Import) \
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{name} -> {m}" for m in imported
+                      if m in IO_MODULES or m.split(".")[0] in IO_MODULES - {"urllib"}]
+    assert not found, "the cutover's core imports I/O modules: " + "; ".join(found)

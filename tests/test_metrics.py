@@ -9,7 +9,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.compare.types import Capture, Comparison
+from proxy.capture.types import Capture
+from proxy.compare.types import Comparison
 from proxy.metrics import ProxyMetrics, merge_expositions, status_class
 
 
@@ -124,9 +125,9 @@ def test_each_gate_check_and_the_cutover_deadline_are_series():
     """Issue 34: the dashboard shows what the gate waits for, check by check, and the time
     the phase has left; the checks come from the worker's gate, the deadline from the
     proxy's cutover."""
-    from proxy.compare.criteria import GateCriteria
-    from proxy.compare.gate import evaluate
-    from proxy.compare.tally import GateInputs
+    from proxy.gate.criteria import GateCriteria
+    from proxy.gate.tally import GateInputs
+    from proxy.gate.verdict import evaluate
 
     own, worker = ProxyMetrics(CollectorRegistry()), ProxyMetrics(CollectorRegistry())
     verdict = evaluate(GateInputs.from_records([]), GateCriteria())

@@ -216,8 +216,6 @@ def _param(command: str, expect: Expect) -> object:
     marks = [pytest.mark.e2e, pytest.mark.slow] if expect.slow else []
     if expect.docker:
         marks.append(pytest.mark.docker)
-    if expect.shared:  # read with getfixturevalue; named so that the tests reading one run
-        marks.append(pytest.mark.shares(expect.shared))  # go to one worker (conftest.py)
     return pytest.param(command, expect, marks=marks, id=command[:60])
 
 

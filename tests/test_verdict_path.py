@@ -17,9 +17,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
-from proxy.compare import gate, latency_checks
-from proxy.compare.checks import Check, Need
-from proxy.compare.gate import (
+from proxy.credentials import redact_json
+from proxy.cutover import control as cutover_control
+from proxy.cutover import eta, phases
+from proxy.evidence.window import EvidenceWindow
+from proxy.gate import latency_checks
+from proxy.gate import verdict as gate_module
+from proxy.gate.checks import Check, Need
+from proxy.gate.stats import LatencySamples
+from proxy.gate.tally import Pairs
+from proxy.gate.verdict import (
     AdmissionCounts,
     GateCriteria,
     GateFacts,
@@ -29,14 +36,8 @@ from proxy.compare.gate import (
     analysis_body,
     evaluate,
 )
-from proxy.compare.stats import LatencySamples
-from proxy.compare.tally import Pairs
-from proxy.credentials import redact_json
-from proxy.cutover import control as cutover_control
-from proxy.cutover import eta, phases
-from proxy.cutover.control import EvidenceWindow
-from proxy.mirror import control, evidence, verdict
-from proxy.mirror.verdict import GateResult, WindowFacts, evaluate_window
+from proxy.mirror import control, evidence, judging
+from proxy.mirror.judging import GateResult, WindowFacts, evaluate_window
 from proxy.mirror.worker import messages
 from tests.evidence_records import BASE, NEW, OLD, SINCE, SPEEDS, record, store_of
 
@@ -124,8 +125,8 @@ def test_the_admin_json_of_a_verdict_is_what_it_was(tmp_path: Path) -> None:
 # The path of a verdict from the gate to the cutover: each of these takes and returns
 # only typed values (`Any` stays at the wire: `GateResult.as_json`, `Verdict.details`).
 PATH: list[object] = [
-    gate.evaluate, gate._check_coverage, latency_checks.latency_checks,
-    verdict.judge_window, verdict.current_verdict, verdict._judge, messages.Reply,
+    gate_module.evaluate, gate_module._check_coverage, latency_checks.latency_checks,
+    judging.judge_window, judging.current_verdict, judging._judge, messages.Reply,
     evidence.Evidence.gate, evidence.Evidence.window_gate,
     evidence.LocalEvidence.gate, evidence.LocalEvidence.window_gate,
     evidence.WorkerEvidence.gate, evidence.WorkerEvidence.window_gate,

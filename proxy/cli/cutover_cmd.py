@@ -200,7 +200,7 @@ def in_flag_names(message: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from proxy.cutover.client import AdminError, AdminUnreachable, CutoverClient
+    from proxy.cutover.shell.client import AdminError, AdminUnreachable, CutoverClient
 
     token = args.admin_token or os.environ.get(TOKEN_ENV) or None
     client = CutoverClient(args.proxy_admin, token)
@@ -227,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def admin_failure(exc: Exception, command: str) -> int:
     """Print why an admin-API client command failed; its exit code (see EXIT_HELP)."""
-    from proxy.cutover.client import AdminError, AdminUnreachable
+    from proxy.cutover.shell.client import AdminError, AdminUnreachable
 
     code, message = Exit.BAD_INPUT, str(exc)  # ValueError: bad input
     if isinstance(exc, AdminUnreachable):

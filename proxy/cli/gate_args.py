@@ -6,8 +6,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from proxy.compare.criteria import RatioLimit
-    from proxy.compare.gate import GateCriteria
+    from proxy.gate.criteria import RatioLimit
+    from proxy.gate.verdict import GateCriteria
 
 
 def add_match_arguments(group: argparse._ArgumentGroup, min_samples: int) -> None:
@@ -23,7 +23,7 @@ def add_match_arguments(group: argparse._ArgumentGroup, min_samples: int) -> Non
 
 
 def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
-    from proxy.compare.gate import GateCriteria
+    from proxy.gate.verdict import GateCriteria
 
     defaults = GateCriteria()  # the flags' defaults are the criteria's own
     group = parser.add_argument_group(title)
@@ -56,8 +56,8 @@ def add_gate_arguments(parser: argparse.ArgumentParser, title: str) -> None:
 
 def gate_criteria(args: argparse.Namespace) -> GateCriteria:
     """Validated criteria; GateCriteria raises ValueError quoting a bad value."""
-    from proxy.compare.criteria import RATIO_LIMITS
-    from proxy.compare.gate import GateCriteria
+    from proxy.gate.criteria import RATIO_LIMITS
+    from proxy.gate.verdict import GateCriteria
 
     ratios: dict[str, Any] = {entry.field: getattr(args, entry.field) or None
                               for entry in RATIO_LIMITS}
@@ -79,7 +79,7 @@ def gate_criteria(args: argparse.Namespace) -> GateCriteria:
 def _ratio_limits(defaults: GateCriteria) -> list[tuple[RatioLimit, float]]:
     """Every latency ratio limit (`criteria.RATIO_LIMITS` names them) with its default;
     0 where the default criteria leave it off (unstreamed E2E p99), so it can be asked for."""
-    from proxy.compare.criteria import RATIO_LIMITS
+    from proxy.gate.criteria import RATIO_LIMITS
 
     return [(entry, float(getattr(defaults, entry.field) or 0)) for entry in RATIO_LIMITS]
 

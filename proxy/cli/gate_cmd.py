@@ -116,10 +116,10 @@ def _checked(result: Any, source: str) -> dict[str, Any]:
 
 def _from_prometheus(args: argparse.Namespace) -> dict[str, Any]:
     """The fleet verdict; ValueError for bad arguments, NoVerdict when Prometheus fails."""
-    from proxy.compare.gate import analysis_body
+    from proxy.fleet.judging import fleet_verdict, read_evidence
     from proxy.fleet.prometheus import PrometheusClient, PrometheusUnavailable
     from proxy.fleet.promql import FleetQueries, parse_selector, parse_window
-    from proxy.fleet.verdict import fleet_verdict, read_evidence
+    from proxy.gate.verdict import analysis_body
 
     if args.min_targets < 0:
         raise ValueError(f"--min-targets must be >= 0, got {args.min_targets!r}")

@@ -10,7 +10,7 @@ from proxy.cli.gate_args import add_gate_arguments, gate_criteria
 from proxy.exitcodes import Exit
 
 if TYPE_CHECKING:
-    from proxy.cutover.control import EvidenceWindow
+    from proxy.evidence.window import EvidenceWindow
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _window(args: argparse.Namespace) -> EvidenceWindow | None:
     """The evidence window the arguments name (None: every record); ValueError quoting."""
-    from proxy.cutover.control import EvidenceWindow
+    from proxy.evidence.window import EvidenceWindow
     from proxy.mirror.config import normalize_backend_url
 
     given = {"--since": args.since, "--old-url": args.old_url, "--new-url": args.new_url,

@@ -16,7 +16,7 @@ from typing import Any
 
 from proxy.cli.cutover_cmd import EXIT_HELP, admin_failure, admin_parent
 from proxy.cli.proxy_cmd import TOKEN_ENV
-from proxy.cutover.client import AdminError, AdminUnreachable, CutoverClient
+from proxy.cutover.shell.client import AdminError, AdminUnreachable, CutoverClient
 from proxy.exitcodes import Exit
 
 

@@ -19,9 +19,10 @@ __all__ = ["close_match", "compare", "first_divergence", "main_field"]
 
 from rapidfuzz.distance import Levenshtein
 
+from proxy.capture.types import Capture, RequestMeta, Role
 from proxy.compare.fields import FieldDiff, compare_answers
 from proxy.compare.fields import first_difference as first_divergence
-from proxy.compare.types import Capture, Comparison, RequestMeta, Role
+from proxy.compare.types import Comparison
 
 
 def compare(primary: Capture, other: Capture, meta: RequestMeta, against: Role,

@@ -2,7 +2,7 @@
 
 Each field the comparison reads (proxy.compare.fields: reasoning, content/text, refusal,
 tool-call names and arguments, finish and stop reason, Responses status) becomes
-HMAC-SHA256 under the golden file's own random key (as proxy.record_hash keys the records'
+HMAC-SHA256 under the golden file's own random key (as proxy.evidence.record_hash keys the records'
 hashes): equal values hash alike in that file, a guessed text cannot be confirmed with a
 plain sha256, nor matched across files. Tool-call arguments are hashed as canonical JSON
 where they parse, so key order and spaces still do not count. Empty fields stay empty
@@ -23,7 +23,7 @@ import hmac
 import os
 from collections.abc import Sequence
 
-from proxy.compare.answer import Answer, ChoiceAnswer, ToolCall
+from proxy.capture.answer import Answer, ChoiceAnswer, ToolCall
 from proxy.compare.fields import canonical_json
 
 KEY_BYTES = 32

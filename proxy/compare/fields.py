@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.compare.answer import Answer, ChoiceAnswer, ToolCall
+from proxy.capture.answer import Answer, ChoiceAnswer, ToolCall
 
 # Every field a divergence can be counted on, in the order they are checked.
 FIELDS = ("choices", "reasoning", "content", "text", "refusal", "tool_calls", "finish_reason",

@@ -1,8 +1,8 @@
-"""Values shared by the mirror, the comparison, the store and the report (CONTRACT).
+"""What the comparison makes of two captures, and the record of one exchange (CONTRACT).
 
-Everything here is a frozen value: the mirror builds `Capture`s while relaying,
-the comparison turns two of them into a `Comparison`, the store persists
-`ExchangeRecord`s and the gate reads aggregates back.
+Everything here is a frozen value: the comparison turns two `Capture`s
+(`proxy.capture.types`) into a `Comparison`, the store persists `ExchangeRecord`s and the
+gate reads aggregates back.
 """
 
 from __future__ import annotations
@@ -10,50 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from proxy.compare.answer import Answer
+from proxy.capture.types import Capture, RequestMeta, Role
 
-Role = Literal["primary", "shadow", "baseline"]
-Endpoint = Literal["completions", "chat", "responses"]
 Outcome = Literal["match", "diverged", "not_comparable", "error"]
 # Where the token ids compared came from: the answers' own, /tokenize on the primary, equal
 # texts (no ids needed), or none (compared as text).
 TokenSource = Literal["client", "tokenize", "equal_text", "none"]
-
-
-@dataclass(frozen=True)
-class RequestMeta:
-    """What the proxy learned from a generation request body (never the prompt text)."""
-
-    endpoint: Endpoint
-    stream: bool
-    deterministic: bool  # temperature == 0 or a seed was given
-    prompt_sha256: str  # hash of the canonical request body minus volatile keys
-    prompt_chars: int
-    max_tokens: int | None
-    n: int = 1
-    logprobs_k: int | None = None  # top-k the request asked for, if any
-
-
-@dataclass(frozen=True)
-class Capture:
-    """One backend's answer to one request, with timing as `vllm bench serve` measures it."""
-
-    role: Role
-    backend: str  # backend label (name or URL), bounded set
-    status: int | None  # HTTP status; None when no response arrived
-    ttft_s: float | None  # first chunk with choices (usage chunk excluded); non-stream: e2e
-    itl_s: tuple[float, ...]  # gaps between token-carrying chunks
-    e2e_s: float | None
-    output_tokens: int | None  # usage.completion_tokens, else len(token_ids)
-    finish_reason: str | None
-    text: str  # generated text of choice 0 (kept in memory only; stored only if allowed)
-    token_ids: tuple[int, ...] | None  # generated ids of choice 0 when known
-    top_logprobs: tuple[dict[str, float], ...] | None = None  # per position, token -> logprob
-    sampled_tokens: tuple[str, ...] | None = None  # token string per position (from logprobs)
-    token_char_ends: tuple[int, ...] | None = None  # per token id: len(text) once it arrived
-    error: str | None = None  # "timeout", "connect", "reset", "invalid_sse", "http_5xx", ...
-    cancelled: bool = False  # client went away, request aborted
-    answer: Answer | None = None  # every choice and field the client saw (memory only)
 
 
 @dataclass(frozen=True)
@@ -78,7 +40,7 @@ class Comparison:
 @dataclass(frozen=True)
 class RouteStamp:
     """The routing table an exchange was mirrored under: its version and each side's URL
-    (which cutover's evidence a record is, `proxy.aggregates` reads from these)."""
+    (which cutover's evidence a record is, `proxy.evidence.aggregates` reads from these)."""
 
     version: int
     primary: str
@@ -90,7 +52,7 @@ class RouteStamp:
 class TextDigest:
     """An answer's text as a store keeps it when the text itself is not kept."""
 
-    kind: str  # "sha256" or "hmac_sha256" (proxy.record_hash)
+    kind: str  # "sha256" or "hmac_sha256" (proxy.evidence.record_hash)
     digest: str
     chars: int
 

@@ -3,5 +3,5 @@ behind a small Protocol (Docker today), and the proxy's routes and evidence it a
 
 The reconciler runs inside the sidecar proxy process (it owns the routes, so a promotion
 is one atomic routing change, and it outlives any CLI call); the CLI only talks to the
-admin API. Only `proxy.cutover.docker_driver` touches the Docker socket.
+admin API. Only `proxy.cutover.shell.docker_driver` touches the Docker socket.
 """

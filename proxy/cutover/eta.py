@@ -11,8 +11,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from proxy.compare.checks import MOST_SCALE, Check
-from proxy.compare.criteria import RATIO_LIMITS
+from proxy.gate.checks import MOST_SCALE, Check
+from proxy.gate.criteria import RATIO_LIMITS
 
 # Check names as an operator reads them (the latency checks are named by criteria field).
 _LABELS = {e.field: e.label for e in RATIO_LIMITS} | {

@@ -2,7 +2,7 @@
 
 No I/O and no clock: every function takes the time as `now` (unix seconds) and returns
 values, so every path (happy, each fault, each operator command) is tested without
-Docker or sockets. The reconciler (`proxy.cutover.reconciler`) does the I/O around it.
+Docker or sockets. The reconciler (`proxy.cutover.shell.reconciler`) does the I/O around it.
 
     backing_up -> starting_new -> warming -> shadowing -> promoting -> post_promotion
         -> draining_old -> done

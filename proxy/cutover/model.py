@@ -10,9 +10,9 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
-from proxy.cutover.control import EvidenceWindow
 from proxy.cutover.fields import Fields, StateError
 from proxy.cutover.spec import CutoverSpec, SpecError
+from proxy.evidence.window import EvidenceWindow
 
 __all__ = ["SCHEMA_VERSION", "Command", "CutoverSpec", "CutoverState", "Endpoint", "Phase",
            "SpecError", "StateError", "Transition"]

@@ -40,7 +40,7 @@ from proxy.mirror.config import default_state_file
 from proxy.terminal import StatusLine
 
 if TYPE_CHECKING:
-    from proxy.compare.gate import GateCriteria
+    from proxy.gate.verdict import GateCriteria
 
 Scenario = Literal["regression", "healthy"]
 MODEL = "demo/Llama-3.1-8B-Instruct-FP4"

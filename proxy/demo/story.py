@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from proxy.cutover.client import AdminError, CutoverClient
+from proxy.cutover.shell.client import AdminError, CutoverClient
 from proxy.cutover.status import progress_line
 from proxy.demo.steady import SteadyLoad, SteadyResult
 from proxy.demo.traffic import DemoRequest, send_all

@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 
 from proxy import boundedhttp
-from proxy.compare.capture import CaptureBuilder
-from proxy.compare.types import Capture, Role
+from proxy.capture.builder import CaptureBuilder
+from proxy.capture.types import Capture, Role
 from proxy.evaluate.jsonl import EngineUnreachable, EvalInputError
 from proxy.evaluate.prompts import EvalRequest
 

@@ -25,7 +25,7 @@ class ContainerReader(Protocol):
 
 def docker_containers() -> ContainerReader:
     """The local Docker engine (DOCKER_HOST or the default socket), reached at first use."""
-    from proxy.cutover.docker_driver import DockerDriver  # lazy: only with --container
+    from proxy.cutover.shell.docker_driver import DockerDriver  # lazy: only with --container
 
     return DockerDriver()
 

@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.compare.answer import Answer as ClientAnswer
-from proxy.compare.answer import answer_from_json, answer_json
+from proxy.capture.answer import Answer as ClientAnswer
+from proxy.capture.answer import answer_from_json, answer_json
+from proxy.capture.types import Capture, Role
 from proxy.compare.digest import ID_BLOCK_TOKENS, digest_answer, digest_ids, new_key
-from proxy.compare.types import Capture, Role
 from proxy.credentials import without_credentials
 from proxy.evaluate.client import Answer, EngineInfo
 from proxy.evaluate.jsonl import EvalInputError, read_objects, write_objects

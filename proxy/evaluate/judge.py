@@ -19,12 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
+from proxy.capture.request import request_meta
+from proxy.capture.types import Capture
 from proxy.compare.diff import compare
 from proxy.compare.digest import ID_BLOCK_TOKENS, digest_answer, digest_ids
-from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts, VerdictName, evaluate
-from proxy.compare.request import request_meta
-from proxy.compare.stats import percentile, wilson_interval
-from proxy.compare.types import Capture, Comparison
+from proxy.compare.types import Comparison
 from proxy.evaluate.golden import GoldenEntry
 from proxy.evaluate.results import (
     BaselineSummary,
@@ -34,6 +33,8 @@ from proxy.evaluate.results import (
     LengthStats,
     RequestRow,
 )
+from proxy.gate.stats import percentile, wilson_interval
+from proxy.gate.verdict import GateCriteria, GateInputs, MatchCounts, VerdictName, evaluate
 
 _SEVERITY: dict[VerdictName, int] = {"fail": 0, "inconclusive": 1, "pass": 2}
 MAX_LISTED = 50

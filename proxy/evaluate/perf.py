@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from proxy.compare.gate import GateCriteria, VerdictName
-from proxy.compare.stats import LatencySamples, ratio
-from proxy.compare.types import Capture
+from proxy.capture.types import Capture
 from proxy.evaluate.client import replay
 from proxy.evaluate.jsonl import EvalInputError
 from proxy.evaluate.prompts import EvalRequest
 from proxy.evaluate.results import PerfLevel
+from proxy.gate.stats import LatencySamples, ratio
+from proxy.gate.verdict import GateCriteria, VerdictName
 
 # What `vllm bench serve` runs (vllm/entrypoints/cli/benchmark/serve.py): the benchmark's
 # own parser and main. The `vllm` CLI itself reads the "vllm" distribution's metadata for

@@ -23,10 +23,10 @@ from typing import Any, Literal
 import aiohttp
 import numpy as np
 
-from proxy.compare.gate import VerdictName
 from proxy.evaluate.client import engine_info, session
 from proxy.evaluate.jsonl import EvalInputError, read_objects
 from proxy.evaluate.results import EngineScore, PerplexityDelta, PerplexityResult
+from proxy.gate.verdict import VerdictName
 
 Method = Literal["auto", "prompt_logprobs", "echo"]
 

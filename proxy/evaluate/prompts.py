@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.compare.types import Endpoint
+from proxy.capture.types import Endpoint
 from proxy.evaluate.jsonl import EvalInputError, read_objects
 
 SAMPLING_KEYS = ("top_p", "top_k", "min_p", "seed", "n", "best_of", "use_beam_search")

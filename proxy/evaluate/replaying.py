@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from proxy.compare.types import Role
+from proxy.capture.types import Role
 from proxy.evaluate.client import Answer, EngineInfo, engine_info, replay, session
 from proxy.evaluate.golden import Golden, write_golden
 from proxy.evaluate.jsonl import EvalInputError

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from proxy.compare.gate import VerdictName
+from proxy.gate.verdict import VerdictName
 
 CheckStatus = Literal["pass", "fail", "n/a"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from proxy.compare.tally import UNMIRRORABLE_REASONS
+from proxy.gate.tally import UNMIRRORABLE_REASONS
 
 __all__ = ["SHED_REASONS", "FleetQueries", "Selector", "parse_selector", "parse_window"]
 

@@ -15,7 +15,6 @@ import sys
 from dataclasses import fields
 from typing import Any
 
-from proxy.compare.gate import GateCriteria
 from proxy.fleet.promql import (
     COMPARISONS,
     DROPPED,
@@ -29,6 +28,7 @@ from proxy.fleet.promql import (
     Selector,
     parse_selector,
 )
+from proxy.gate.verdict import GateCriteria
 
 # Five measurements two minutes apart after five minutes of evidence; two failed ones fail
 # the run, one inconclusive one makes it Inconclusive (Argo pauses the Rollout for a

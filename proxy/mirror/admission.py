@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 from multidict import CIMultiDict
 
-from proxy.compare.tally import ELIGIBLE, AdmissionRow
-from proxy.compare.types import Endpoint
+from proxy.capture.types import Endpoint
+from proxy.gate.tally import ELIGIBLE, AdmissionRow
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.config import MirrorConfig
 from proxy.mirror.load import LoopLoad, overloaded

@@ -26,16 +26,17 @@ from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from proxy.compare.request import (
+from proxy.capture.request import (
     UNREADABLE,
     UnreadableRequest,
     endpoint_for_path,
     read_request,
     unmirrorable,
 )
-from proxy.compare.stats import mann_whitney
-from proxy.compare.types import Endpoint
-from proxy.cutover.service import CUTOVER_KEY, CutoverService
+from proxy.capture.types import Endpoint
+from proxy.cutover.shell.service import CUTOVER_KEY, CutoverService
+from proxy.evidence.store import RecordStore, SqliteStore
+from proxy.gate.stats import mann_whitney
 from proxy.metrics import CONTENT_TYPE_LATEST, ProxyMetrics, status_class
 from proxy.mirror.admission import ExchangeHandle, MirrorFront, flush_admission_forever
 from proxy.mirror.candidates import CANDIDATES_KEY, CandidateMirrors, joined
@@ -43,20 +44,19 @@ from proxy.mirror.config import ProxyConfig
 from proxy.mirror.control import MirrorControl
 from proxy.mirror.evidence import Evidence, LocalEvidence, WorkerEvidence
 from proxy.mirror.exchange import Mirror
+from proxy.mirror.judging import current_verdict, refresh_verdict_forever
 from proxy.mirror.listener import HEAD_LIMITS, GuardedRequestHandler, RateLimitedLog
 from proxy.mirror.peers import PeerGuard
 from proxy.mirror.relay import RelayResult, proxy_error, relay, request_headers
 from proxy.mirror.route_state import restore_routes, route_persister
 from proxy.mirror.upstream.routing import Router, Routes, make_pool_factory
-from proxy.mirror.verdict import current_verdict, refresh_verdict_forever
 from proxy.mirror.worker.remote import RemoteMirror
 from proxy.statefile import StateFile
-from proxy.store import RecordStore, SqliteStore
 from proxy.tasks import BackgroundTasks, cancel_all, start_task
 from proxy.tune.service import TUNE_KEY, TuneService
 
 if TYPE_CHECKING:
-    from proxy.cutover.docker_driver import DockerDriver
+    from proxy.cutover.shell.docker_driver import DockerDriver
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ async def _cutover_ctx(app: web.Application) -> AsyncIterator[None]:
     `--driver docker` is the Docker driver (the one module that touches the socket) made."""
     driver: DockerDriver | None = None
     if app[CONFIG_KEY].driver == "docker":
-        from proxy.cutover.docker_driver import DockerDriver
+        from proxy.cutover.shell.docker_driver import DockerDriver
 
         driver = DockerDriver()  # connects on first use: a daemon down is a clear error then
     metrics = app[METRICS_KEY]

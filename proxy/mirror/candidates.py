@@ -18,7 +18,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from proxy.compare.types import Endpoint
+from proxy.capture.types import Endpoint
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.admission import ExchangeHandle
 from proxy.mirror.config import ProxyConfig, RouteConfig

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from proxy import urls
-from proxy.compare.gate import GateCriteria
 from proxy.credentials import redact
+from proxy.gate.verdict import GateCriteria
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 # An answer with top-20 logprobs for 8k tokens is about 10 MB; a shadow answering more

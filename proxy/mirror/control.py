@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from proxy.compare.gate import GateCriteria
 from proxy.credentials import without_credentials
-from proxy.cutover.control import EvidenceWindow, GateView, RoutesView
+from proxy.cutover.control import GateView, RoutesView
+from proxy.evidence.window import EvidenceWindow
+from proxy.gate.verdict import GateCriteria
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.config import RouteConfig
 from proxy.mirror.evidence import Evidence

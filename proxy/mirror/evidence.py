@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from proxy.compare.gate import GateCriteria
-from proxy.cutover.control import EvidenceWindow
+from proxy.evidence.store import RecordStore, SqliteStore, records_page
+from proxy.evidence.window import EvidenceWindow
+from proxy.gate.verdict import GateCriteria
 from proxy.metrics import ProxyMetrics, merge_expositions
-from proxy.mirror.verdict import GateResult, current_verdict, window_verdict
+from proxy.mirror.judging import GateResult, current_verdict, window_verdict
 from proxy.mirror.worker.link import WorkerLink, WorkerUnavailable
 from proxy.mirror.worker.messages import (
     AggregatesQuery,
@@ -23,7 +24,6 @@ from proxy.mirror.worker.messages import (
     RecordsQuery,
     WindowGateQuery,
 )
-from proxy.store import RecordStore, SqliteStore, records_page
 
 
 class Evidence(Protocol):

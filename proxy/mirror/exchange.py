@@ -24,19 +24,13 @@ from typing import Any
 
 from multidict import CIMultiDict
 
-from proxy.compare.capture import CaptureBuilder
+from proxy.capture.builder import CaptureBuilder
+from proxy.capture.request import PreparedRequest, json_bytes, prepare
+from proxy.capture.types import Capture, Endpoint, RequestMeta, Role
 from proxy.compare.diff import compare
-from proxy.compare.request import PreparedRequest, json_bytes, prepare
-from proxy.compare.types import (
-    Capture,
-    Endpoint,
-    ExchangeRecord,
-    RequestMeta,
-    Role,
-    RouteStamp,
-    TokenSource,
-)
+from proxy.compare.types import ExchangeRecord, RouteStamp, TokenSource
 from proxy.credentials import without_credentials
+from proxy.evidence.store import RecordStore
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.admission import Admission
 from proxy.mirror.config import MirrorConfig
@@ -44,7 +38,6 @@ from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.shadow import fetch_capture, mirror_headers, tokenize
 from proxy.mirror.start_order import StartOrderHold
 from proxy.mirror.upstream.routing import Routes, Upstream
-from proxy.store import RecordStore
 from proxy.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)

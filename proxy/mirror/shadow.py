@@ -17,9 +17,9 @@ from time import perf_counter
 
 from multidict import CIMultiDict
 
-from proxy.compare.capture import CaptureBuilder
-from proxy.compare.request import json_bytes
-from proxy.compare.types import Capture, Role
+from proxy.capture.builder import CaptureBuilder
+from proxy.capture.request import json_bytes
+from proxy.capture.types import Capture, Role
 from proxy.mirror.config import DEFAULT_MAX_SHADOW_ANSWER_BYTES
 from proxy.mirror.upstream.http1 import Feed, Http1Connection, UpstreamError, within
 from proxy.mirror.upstream.routing import Upstream

@@ -6,8 +6,8 @@ import dataclasses
 import json
 
 from proxy.atomic import write_text_atomic
-from proxy.compare.gate import GateCriteria, evaluate
-from proxy.cutover.control import EvidenceWindow
+from proxy.evidence.window import EvidenceWindow
+from proxy.gate.verdict import GateCriteria, evaluate
 from proxy.report.html import render_html
 from proxy.report.load import (
     ReportInputError,
@@ -24,7 +24,7 @@ __all__ = ["ReportInputError", "report_from_db", "write_report"]
 def report_from_db(db_path: str, criteria: GateCriteria | None = None,
                    window: EvidenceWindow | None = None, pool: bool = False) -> Report:
     """The report of a record store (or of one cutover's evidence `window` in it), with
-    the verdict computed as the live gate does it (`proxy.compare.gate.evaluate` on the
+    the verdict computed as the live gate does it (`proxy.gate.verdict.evaluate` on the
     store's aggregates). Without a window it judges one comparison (`one_comparison`)
     unless `pool`."""
     notes: tuple[str, ...] = ()

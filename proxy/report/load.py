@@ -13,12 +13,13 @@ import os
 import sqlite3
 from typing import TYPE_CHECKING
 
-from proxy.compare.types import ExchangeRecord, Role
+from proxy.capture.types import Role
+from proxy.compare.types import ExchangeRecord
 
 if TYPE_CHECKING:
-    from proxy.aggregates import PairSeen
-    from proxy.cutover.control import EvidenceWindow
-    from proxy.store import SqliteStore, StoreAggregates
+    from proxy.evidence.aggregates import PairSeen
+    from proxy.evidence.store import SqliteStore, StoreAggregates
+    from proxy.evidence.window import EvidenceWindow
 
 
 class ReportInputError(RuntimeError):
@@ -49,7 +50,7 @@ def _row(record: ExchangeRecord) -> int:
 
 def _open(db_path: str) -> SqliteStore:
     """The record store at `db_path`, read-only; ReportInputError quoting the path."""
-    from proxy.store import SqliteStore
+    from proxy.evidence.store import SqliteStore
 
     if not os.path.isfile(db_path):
         raise ReportInputError(f"no such database file: {db_path!r}")
@@ -100,7 +101,7 @@ def one_comparison(db_path: str, pool: bool = False,
     whichever served clients later), and a note naming every pair left out; `pool` judges
     every record instead, with a note that this is not one comparison.
     """
-    from proxy.cutover.control import EvidenceWindow
+    from proxy.evidence.window import EvidenceWindow
 
     store = _open(db_path)
     try:
@@ -139,7 +140,7 @@ def _pair_text(pair: PairSeen) -> str:
 def window_from_state(path: str) -> EvidenceWindow:
     """The window of the cutover in the proxy's state file (section "cutover", its
     "evidence" entry as `EvidenceWindow.to_json()` writes it)."""
-    from proxy.cutover.control import EvidenceWindow
+    from proxy.evidence.window import EvidenceWindow
     from proxy.statefile import StateFile
 
     if not os.path.isfile(path):

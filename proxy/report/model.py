@@ -14,8 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.compare.gate import GateCriteria, GateInputs, Verdict, evaluate
-from proxy.compare.stats import (
+from proxy.capture.types import Capture
+from proxy.compare.types import Comparison, ExchangeRecord
+from proxy.evidence.window import EvidenceWindow
+from proxy.gate.stats import (
     METRICS,
     UNSTREAMED_METRICS,
     LatencySamples,
@@ -25,9 +27,8 @@ from proxy.compare.stats import (
     ratio,
     wilson_interval,
 )
-from proxy.compare.tally import AdmissionCounts, latency_by_role
-from proxy.compare.types import Capture, Comparison, ExchangeRecord
-from proxy.cutover.control import EvidenceWindow
+from proxy.gate.tally import AdmissionCounts, latency_by_role
+from proxy.gate.verdict import GateCriteria, GateInputs, Verdict, evaluate
 from proxy.report.divergences import DivergedList, list_diverged
 from proxy.report.timeline import AdmissionStep, Timeline, timeline_of
 
@@ -275,7 +276,7 @@ def build_report(
     admission: AdmissionCounts | None = None,
     admission_steps: Sequence[AdmissionStep] | None = None,
 ) -> Report:
-    """Fold records into a `Report`. The verdict is the gate's (`proxy.compare.gate`):
+    """Fold records into a `Report`. The verdict is the gate's (`proxy.gate.verdict`):
     `verdict` when given, else evaluated on these records with `criteria`; `latency`
     (the samples the gate judged) when given, else taken from the records; `admission`:
     the proxy's eligible and shed counts, when it kept them, and `admission_steps` the

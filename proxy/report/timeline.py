@@ -12,10 +12,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from proxy.compare.gate import GateCriteria, VerdictName, evaluate
-from proxy.compare.stats import LatencySamples, percentile, ratio
-from proxy.compare.tally import AdmissionCounts, GateInputs
 from proxy.compare.types import ExchangeRecord
+from proxy.gate.stats import LatencySamples, percentile, ratio
+from proxy.gate.tally import AdmissionCounts, GateInputs
+from proxy.gate.verdict import GateCriteria, VerdictName, evaluate
 
 MAX_LOOKS = 16
 # The p50 ratios drawn over time: streamed traffic's, else the unstreamed family's.

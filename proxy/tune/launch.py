@@ -6,7 +6,7 @@ Proof, before `admit`: the container is the one this tune made (by id: running, 
 this tune's and this candidate's labels), the proxy reaches it at the URL built the way
 it reaches old (and that URL does not reach old), and at that URL `/health` answers,
 `/v1/models` lists old's served models, one completion answers (the cutover's warm-up,
-`proxy.cutover.warmup.probe_ready`), and `/version` is old's when the image is old's.
+`proxy.cutover.shell.warmup.probe_ready`), and `/version` is old's when the image is old's.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import aiohttp
 from proxy.cutover.addressing import reaches
 from proxy.cutover.driver import ContainerDriver, ContainerInfo, DriverError
 from proxy.cutover.ending import engine_lines
-from proxy.cutover.warmup import ProbeError, engine_identity, probe_ready
+from proxy.cutover.shell.warmup import ProbeError, engine_identity, probe_ready
 from proxy.tasks import start_task
 from proxy.tune.containers import (
     LABEL_CANDIDATE,

@@ -1,6 +1,6 @@
 """The race: several candidates shadowed on the same requests, judged and ranked (no I/O).
 
-Each candidate is judged against old by the promotion gate (`proxy.compare.gate.evaluate`:
+Each candidate is judged against old by the promotion gate (`proxy.gate.verdict.evaluate`:
 answers, errors, lengths, latency) with its share of the error rate: 1 - confidence split
 evenly over the candidates (Bonferroni), so the chance that any candidate passes while it
 is beyond a limit, and so that the one promoted is, is at most 1 - confidence however many
@@ -24,10 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from proxy.compare.gate import GateCriteria, GateInputs, Verdict, evaluate
-from proxy.compare.sequential import mean_bounds
-from proxy.compare.types import Capture, ExchangeRecord
+from proxy.capture.types import Capture
+from proxy.compare.types import ExchangeRecord
 from proxy.credentials import without_credentials
+from proxy.gate.sequential import mean_bounds
+from proxy.gate.verdict import GateCriteria, GateInputs, Verdict, evaluate
 
 LaneState = Literal["waiting", "starting", "racing", "passed", "finalist", "eliminated",
                    "failed", "winner", "stopped"]

@@ -30,7 +30,6 @@ from typing import Any, Literal
 import aiohttp
 from aiohttp import web
 
-from proxy.compare.gate import GateCriteria
 from proxy.compare.types import ExchangeRecord
 from proxy.credentials import redact_argv, redact_env, without_credentials
 from proxy.cutover.addressing import reaches
@@ -42,8 +41,9 @@ from proxy.cutover.driver import (
     NotFound,
     http_status,
 )
-from proxy.cutover.service import CutoverService, StartRefused
-from proxy.cutover.warmup import ProbeError, served_models, vllm_version
+from proxy.cutover.shell.service import CutoverService, StartRefused
+from proxy.cutover.shell.warmup import ProbeError, served_models, vllm_version
+from proxy.gate.verdict import GateCriteria
 from proxy.statefile import StateFile
 from proxy.tasks import start_task
 from proxy.tune.containers import GpuSlots

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from proxy.compare.gate import GateCriteria
 from proxy.cutover.spec import CutoverSpec
+from proxy.gate.verdict import GateCriteria
 from proxy.tune.containers import CandidateArgsError, Extra, extra_from, gpu_sets_problem
 from proxy.tune.race import RaceCriteria
 from proxy.urls import UrlError, normalize_backend_url

@@ -217,7 +217,7 @@ def test_every_default_is_shown() -> None:
 def test_the_gate_doc_counts_the_default_checks_as_the_code_does() -> None:
     """docs/GATE.md's "N at the defaults, X % each" is what GateCriteria() splits the fail
     side over (it once said 11 and 0.45 % while the report said 0.005)."""
-    from proxy.compare.criteria import GateCriteria
+    from proxy.gate.criteria import GateCriteria
 
     text = " ".join((ROOT / "docs" / "GATE.md").read_text().split())
     found = re.search(r"(\d+) at the defaults, ([\d.]+) % each", text)

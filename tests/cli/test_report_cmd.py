@@ -6,8 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
-from proxy.store import SqliteStore
+from proxy.capture.types import Capture, RequestMeta
+from proxy.compare.types import Comparison, ExchangeRecord
+from proxy.evidence.store import SqliteStore
 
 
 def _capture(role: str, ttft_s: float) -> Capture:

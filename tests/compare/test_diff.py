@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 
+from proxy.capture.types import Capture, RequestMeta
 from proxy.compare.diff import close_match, compare, first_divergence
-from proxy.compare.types import Capture, RequestMeta
 
 GREEDY = RequestMeta(endpoint="chat", stream=True, deterministic=True, prompt_sha256="0" * 64,
                      prompt_chars=5, max_tokens=16)

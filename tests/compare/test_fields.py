@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.compare.answer import Answer, ChoiceAnswer, ToolCall
-from proxy.compare.capture import CaptureBuilder
+from proxy.capture.answer import Answer, ChoiceAnswer, ToolCall
+from proxy.capture.builder import CaptureBuilder
+from proxy.capture.types import Capture, RequestMeta
 from proxy.compare.diff import compare
 from proxy.compare.fields import arguments_equal, compare_answers, compare_tool_calls
-from proxy.compare.types import Capture, RequestMeta
 
 
 def _sse(*events: dict[str, Any], done: bool = True) -> bytes:
@@ -173,7 +173,7 @@ def test_choice_count_and_refusal() -> None:
 
 
 def test_answer_json_round_trip_keeps_every_field() -> None:
-    from proxy.compare.answer import answer_from_json, answer_json
+    from proxy.capture.answer import answer_from_json, answer_json
 
     answer = Answer("chat", (ChoiceAnswer(0, "", "why", "", (ToolCall("f", '{"a": 1}'),),
                                           "tool_calls", None),

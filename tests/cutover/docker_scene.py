@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from proxy.cutover.docker_driver import DockerDriver
+from proxy.cutover.shell.docker_driver import DockerDriver
 from tests.e2e.images import TAG_PREFIX, ImageBuilder
 
 OLD_COMMAND = ["--host", "0.0.0.0", "--port", "8000", "--model-name", "tiny"]

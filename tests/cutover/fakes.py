@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proxy.cutover.control import EvidenceWindow, GateView, RouteConflict, RoutesView
+from proxy.cutover.control import GateView, RouteConflict, RoutesView
 from proxy.cutover.driver import (
     Conflict,
     ContainerInfo,
@@ -15,6 +15,7 @@ from proxy.cutover.driver import (
     NewContainerPlan,
     NotFound,
 )
+from proxy.evidence.window import EvidenceWindow
 
 
 @dataclass

@@ -8,9 +8,9 @@ import pytest
 from aiohttp import web
 
 from proxy.adminhttp import authorize, json_errors
-from proxy.cutover.admin import add_cutover_routes
 from proxy.cutover.control import GateView
-from proxy.cutover.service import CutoverService
+from proxy.cutover.shell.admin import add_cutover_routes
+from proxy.cutover.shell.service import CutoverService
 from proxy.mirror.admin.api import MAIN_APP_KEY
 from proxy.mirror.app import CONFIG_KEY
 from proxy.mirror.config import AdminConfig, ProxyConfig, RouteConfig

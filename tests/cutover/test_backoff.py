@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from proxy.cutover.backoff import Backoff, LogThrottle
 from proxy.cutover.control import GateView
 from proxy.cutover.model import CutoverSpec, Phase
-from proxy.cutover.service import StartRefused
+from proxy.cutover.shell.backoff import Backoff, LogThrottle
+from proxy.cutover.shell.service import StartRefused
 from proxy.statefile import StateFile
 from tests.cutover.test_admin import AUTH, _api
 from tests.cutover.world import FAST, World, ended, until
@@ -49,7 +49,7 @@ async def test_a_pending_abort_on_a_full_disk_backs_off(world: World, disk: Disk
     await service.start(CutoverSpec(**{**FAST, "auto_promote": False}))
     await until(lambda: service.state is not None and service.state.phase is Phase.SHADOWING)
     disk.full, disk.attempts = True, 0
-    caplog.set_level(logging.ERROR, "proxy.cutover.reconciler")
+    caplog.set_level(logging.ERROR, "proxy.cutover.shell.reconciler")
     service.command("abort")
     await asyncio.sleep(1.0)
     errors = [r for r in caplog.records if "state file not written" in r.getMessage()]

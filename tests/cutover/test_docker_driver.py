@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from proxy.cutover.docker_driver import DockerDriver
 from proxy.cutover.driver import (
     LABEL_CUTOVER,
     LABEL_REPLACES,
@@ -22,6 +21,7 @@ from proxy.cutover.driver import (
     NewContainerPlan,
     NotFound,
 )
+from proxy.cutover.shell.docker_driver import DockerDriver
 from tests.cutover.docker_scene import (
     NEW_IMAGE_CMD,
     NEW_VERSION,

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from proxy.cutover.docker_driver import DockerDriver
 from proxy.cutover.driver import DriverError, EngineUnavailable, NotFound
-from proxy.cutover.gpus import HostGpu
+from proxy.cutover.shell.docker_driver import DockerDriver
+from proxy.cutover.shell.gpus import HostGpu
 from tests.cutover.docker_scene import DockerScene, published_url, wait_http
 from tests.e2e.images import TAG_PREFIX
 

@@ -6,8 +6,8 @@ import docker.errors
 import pytest
 import requests
 
-from proxy.cutover.docker_driver import DockerDriver, _engine_message
 from proxy.cutover.driver import Conflict, DriverError, EngineUnavailable, NotFound
+from proxy.cutover.shell.docker_driver import DockerDriver, _engine_message
 
 
 def _api_error(status: int, explanation: str) -> docker.errors.APIError:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from proxy.compare.checks import Check, Need, Status
 from proxy.cutover.eta import ends_early, estimate, evidence_floor, hopeless_since, rate_per_s
+from proxy.gate.checks import Check, Need, Status
 
 
 def _check(name: str, status: Status = "inconclusive", more: int | None = 0) -> Check:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.cutover.driver import Conflict, NotFound
-from proxy.cutover.gpus import GpuHolder, HostGpu, check_gpus, parse_nvidia_smi_list
+from proxy.cutover.shell.gpus import GpuHolder, HostGpu, check_gpus, parse_nvidia_smi_list
 
 SMI = """GPU 0: NVIDIA H200 (UUID: GPU-aaaa-0000)
 GPU 1: NVIDIA H200 (UUID: GPU-bbbb-1111)

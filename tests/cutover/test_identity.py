@@ -19,8 +19,8 @@ from proxy.cutover.control import RoutesView
 from proxy.cutover.driver import LABEL_CUTOVER, LABEL_ROLE, ContainerInfo, NetworkAttachment
 from proxy.cutover.machine import begin
 from proxy.cutover.model import CutoverSpec, Endpoint, Phase
-from proxy.cutover.reconciler import SECTION
-from proxy.cutover.service import CutoverService
+from proxy.cutover.shell.reconciler import SECTION
+from proxy.cutover.shell.service import CutoverService
 from proxy.sim.app import make_sim_app
 from proxy.sim.config import SimConfig
 from proxy.statefile import StateFile

@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.compare.checks import Check, Need
 from proxy.cutover.control import GateView
 from proxy.cutover.driver import LABEL_CUTOVER, LABEL_ROLE
 from proxy.cutover.machine import CommandRefused, CutoverRunning, advance, begin, command, needs
@@ -23,6 +22,7 @@ from proxy.cutover.steps import (
     Wait,
     WarmupResult,
 )
+from proxy.gate.checks import Check, Need
 from tests.cutover.states import (
     NEW_URL,
     OLD_URL,

@@ -15,7 +15,7 @@ from proxy.cutover.control import RoutesView
 from proxy.cutover.driver import LABEL_CUTOVER, LABEL_ROLE, ContainerInfo
 from proxy.cutover.machine import begin
 from proxy.cutover.model import CutoverSpec, CutoverState, Endpoint, Phase
-from proxy.cutover.reconciler import SECTION
+from proxy.cutover.shell.reconciler import SECTION
 from proxy.statefile import StateFile, StateFileError
 from tests.cutover.world import FAST, OLD_ID, World, ended
 

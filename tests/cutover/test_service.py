@@ -10,7 +10,7 @@ import pytest
 from proxy.cutover.control import GateView, RoutesView
 from proxy.cutover.driver import Conflict, EngineUnavailable
 from proxy.cutover.model import CutoverSpec, Phase
-from proxy.cutover.service import StartRefused
+from proxy.cutover.shell.service import StartRefused
 from tests.cutover.world import FAST, World, dead_url, ended, until
 
 

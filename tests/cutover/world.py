@@ -12,8 +12,8 @@ from typing import Any
 from aiohttp import web
 
 from proxy.cutover.model import CutoverState
-from proxy.cutover.reconciler import SECTION
-from proxy.cutover.service import CutoverService
+from proxy.cutover.shell.reconciler import SECTION
+from proxy.cutover.shell.service import CutoverService
 from proxy.statefile import StateFile
 from tests.cutover.fakes import FakeControl, FakeDriver
 

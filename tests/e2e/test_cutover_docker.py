@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from proxy.compare.criteria import RATIO_LIMITS
 from proxy.cutover.driver import LABEL_CUTOVER, LABEL_REPLACES
+from proxy.gate.criteria import RATIO_LIMITS
 from tests.e2e.cutover_harness import (
     CutoverProxy,
     LoadThread,

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from proxy.cutover.client import CutoverClient
 from proxy.cutover.eta import HOPELESS_FOR_S
+from proxy.cutover.shell.client import CutoverClient
 from tests.e2e.cutover_harness import LoadThread
 from tests.e2e.gate_sims import MODEL, admin_get, proxy, sims
 from tests.e2e.proxy_fixtures import ADMIN_TOKEN

@@ -120,7 +120,7 @@ def test_sidecar_image_runs_the_proxy(docker_client: Any, cutover_images: ImageB
     assert "--primary" in text and "--shadow" in text
 
 
-DRIVER_PROBE = ("import os; from proxy.cutover.docker_driver import DockerDriver; "
+DRIVER_PROBE = ("import os; from proxy.cutover.shell.docker_driver import DockerDriver; "
                 "print(os.getuid(), DockerDriver().image_exists(os.environ['IMAGE']))")
 
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.cutover.docker_driver import DockerDriver
 from proxy.cutover.driver import EngineUnavailable, NotFound
+from proxy.cutover.shell.docker_driver import DockerDriver
 from proxy.evaluate.checklist import VerifyOptions, read_inputs
 from proxy.evaluate.containers import ContainerReader, container_log, container_memory
 from proxy.evaluate.jsonl import EvalInputError

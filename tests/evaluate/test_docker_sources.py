@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from proxy.cli import main
-from proxy.cutover.docker_driver import DockerDriver
+from proxy.cutover.shell.docker_driver import DockerDriver
 from proxy.evaluate.containers import container_memory
 from tests.e2e.images import BASE_IMAGE_ENV, DEFAULT_BASE_IMAGE
 from tests.e2e.servers import free_port

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from proxy.compare.answer import Answer, ChoiceAnswer, ToolCall
+from proxy.capture.answer import Answer, ChoiceAnswer, ToolCall
+from proxy.capture.types import Capture, RequestMeta
 from proxy.compare.diff import compare
-from proxy.compare.types import Capture, RequestMeta
 from proxy.evaluate.client import Answer as ClientAnswer
 from proxy.evaluate.client import EngineInfo
 from proxy.evaluate.golden import capture_from_json, capture_json, read_golden, write_golden

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from proxy.capture.types import Capture, RequestMeta
 from proxy.cli import main
-from proxy.compare.types import Capture, ExchangeRecord, RequestMeta
+from proxy.compare.types import ExchangeRecord
 from proxy.evaluate.golden import read_golden
 from proxy.evaluate.jsonl import EvalInputError, write_objects
 from proxy.evaluate.perplexity import (
@@ -23,7 +24,7 @@ from proxy.evaluate.perplexity import (
 from proxy.evaluate.prompts import read_prompts
 from proxy.evaluate.records import read_record_requests
 from proxy.evaluate.results import EngineScore, PerplexityDelta
-from proxy.store import SqliteStore
+from proxy.evidence.store import SqliteStore
 
 
 def test_malformed_prompt_line_is_named(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from proxy.capture.types import Capture
 from proxy.cli.eval_common import to_json
-from proxy.compare.types import Capture
 from proxy.evaluate.golden import GoldenEntry
 from proxy.evaluate.judge import CompareCriteria, judge
 from proxy.evaluate.prompts import EvalRequest

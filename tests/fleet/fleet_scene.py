@@ -12,11 +12,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from proxy.compare.gate import GateCriteria, GateInputs, Verdict, evaluate
-from proxy.compare.tally import AdmissionCounts
+from proxy.evidence.store import SqliteStore
 from proxy.fleet.promql import parse_selector
 from proxy.fleet.rules import argo_metrics, rule_groups
-from proxy.store import SqliteStore
+from proxy.gate.tally import AdmissionCounts
+from proxy.gate.verdict import GateCriteria, GateInputs, Verdict, evaluate
 from tests.e2e.proxy_fixtures import RunningProxy, http_request, start_proxy, wait_for
 from tests.e2e.servers import HOST, ServerProcess, free_port, spawn
 

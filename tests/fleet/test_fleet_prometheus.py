@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from proxy.cli import main as cli_main
-from proxy.compare.stats import percentile
+from proxy.evidence.store import SqliteStore
+from proxy.fleet.judging import FleetEvidence, fleet_verdict, read_evidence
 from proxy.fleet.prometheus import PrometheusClient
 from proxy.fleet.promql import FleetQueries, parse_selector
-from proxy.fleet.verdict import FleetEvidence, fleet_verdict, read_evidence
-from proxy.store import SqliteStore
+from proxy.gate.stats import percentile
 from tests.e2e.servers import free_port
 from tests.fleet.fleet_scene import (
     CRITERIA,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import random
 
-from proxy.compare.gate import GateCriteria, GateInputs, MatchCounts
-from proxy.compare.stats import percentile
-from proxy.evidence_metrics import TIME_BUCKETS_S
+from proxy.evidence.metrics import TIME_BUCKETS_S
+from proxy.fleet.judging import FleetEvidence, fleet_verdict, histogram_samples, read_evidence
 from proxy.fleet.prometheus import Sample
 from proxy.fleet.promql import FleetQueries, parse_selector
-from proxy.fleet.verdict import FleetEvidence, fleet_verdict, histogram_samples, read_evidence
+from proxy.gate.stats import percentile
+from proxy.gate.verdict import GateCriteria, GateInputs, MatchCounts
 
 CRITERIA = GateCriteria(min_samples=10, max_ttft_p50_ratio=None, max_ttft_p99_ratio=None,
                         max_tpot_p50_ratio=None, max_tpot_p99_ratio=None, max_length_shift=None,
@@ -132,7 +132,7 @@ def _latency_evidence(old: list[float], new: list[float]) -> FleetEvidence:
     """A scrape's evidence with TTFT histograms only, built as read_evidence builds it."""
     from dataclasses import replace
 
-    from proxy.compare.stats import LatencySamples
+    from proxy.gate.stats import LatencySamples
 
     def inputs(place_old: str, place_new: str) -> GateInputs:
         return GateInputs(
@@ -151,7 +151,7 @@ def test_histogram_edges_keep_the_guarantee_where_buckets_are_coarse() -> None:
     """Within one bucket (2^(1/6) wide) a 1.05x slowdown is not decidable from buckets: the
     spread pseudo-samples could pass or fail it, the edges say inconclusive; a 2x slowdown
     fails and an identical version passes (p99 limit 1.5 > one bucket)."""
-    from proxy.compare.criteria import RATIO_LIMITS
+    from proxy.gate.criteria import RATIO_LIMITS
 
     rng = random.Random(3)
     old = [0.2 * rng.lognormvariate(0, 0.15) for _ in range(5000)]

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.compare.gate import GateCriteria
-from proxy.cutover.control import EvidenceWindow, ProxyControl, RouteConflict, RoutesView
+from proxy.cutover.control import ProxyControl, RouteConflict, RoutesView
+from proxy.evidence.window import EvidenceWindow
+from proxy.gate.verdict import GateCriteria
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.app import CONTROL_KEY, EVIDENCE_KEY, MIRROR_KEY
 from proxy.mirror.config import RouteConfig

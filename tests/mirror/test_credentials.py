@@ -122,7 +122,7 @@ async def test_basic_auth_goes_upstream_and_the_password_nowhere_else(
 
 
 async def test_the_cutover_works_with_the_urls_as_configured(backend, proxy, make_config):
-    from proxy.cutover.control import EvidenceWindow
+    from proxy.evidence.window import EvidenceWindow
     from proxy.mirror.app import CONTROL_KEY
 
     a, b = await backend(), await backend()

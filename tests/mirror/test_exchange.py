@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from proxy.evidence.store import SqliteStore
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.app import METRICS_KEY, MIRROR_KEY, STORE_KEY
 from proxy.mirror.load import LoopLoad
-from proxy.store import SqliteStore
 
 GREEDY = {"model": "m", "prompt": "hi", "temperature": 0, "max_tokens": 8}
 

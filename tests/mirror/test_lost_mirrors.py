@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from proxy.compare.request import json_bytes
+from proxy.capture.request import json_bytes
 from proxy.mirror import exchange
 from proxy.mirror.app import METRICS_KEY, STORE_KEY
 

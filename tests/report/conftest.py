@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
+from proxy.capture.types import Capture, RequestMeta
+from proxy.compare.types import Comparison, ExchangeRecord
 
 
 def capture(

@@ -7,11 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from proxy.compare.types import ExchangeRecord
+from proxy.evidence.store import SqliteStore
 from proxy.report.build import report_from_db
 from proxy.report.divergences import MAX_LISTED, list_diverged
 from proxy.report.html import render_html
 from proxy.report.model import build_report
-from proxy.store import SqliteStore
 
 Records = Callable[..., list[ExchangeRecord]]
 SECRET = "PROMPT-OR-ANSWER-TEXT-MUST-NOT-SHOW"

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from proxy.compare.types import ExchangeRecord
+from proxy.evidence.store import SqliteStore
 from proxy.report.html import render_html
 from proxy.report.model import build_report, report_json
 from proxy.report.text import render_text
-from proxy.store import SqliteStore
 
 RecordsFactory = Callable[..., list[ExchangeRecord]]
 

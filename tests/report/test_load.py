@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.cutover.control import EvidenceWindow
+from proxy.evidence.window import EvidenceWindow
 from proxy.report.build import report_from_db
 from proxy.report.load import by_version, load_admission_steps, load_store
 from proxy.report.text import render_text

@@ -116,7 +116,7 @@ def test_streamed_traffic_with_an_unstreamed_baseline_is_judged_on_streamed_late
 ) -> None:
     """The default baseline is asked unstreamed for streamed requests. Its E2E is no
     unstreamed sample: counted as one, the gate waited forever for the shadow's."""
-    from proxy.compare.gate import GateCriteria, GateInputs, evaluate
+    from proxy.gate.verdict import GateCriteria, GateInputs, evaluate
 
     records = [replace(r, baseline_streamed=False)
                for r in records_of(count=3000, seed=3)]

@@ -4,8 +4,8 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 
-from proxy.compare.gate import AdmissionCounts, GateInputs, evaluate
 from proxy.compare.types import ExchangeRecord
+from proxy.gate.verdict import AdmissionCounts, GateInputs, evaluate
 from proxy.report.model import build_report, report_json
 from proxy.report.text import render_text
 

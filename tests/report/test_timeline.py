@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from proxy.compare.gate import GateCriteria, GateInputs, evaluate
 from proxy.compare.types import ExchangeRecord
+from proxy.gate.verdict import GateCriteria, GateInputs, evaluate
 from proxy.report.timeline import MAX_LOOKS, look_sizes, timeline_of
 
 Records = Callable[..., list[ExchangeRecord]]

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from proxy.compare.gate import GateCriteria
-from proxy.compare.types import Capture, Comparison, ExchangeRecord, RequestMeta
+from proxy.capture.types import Capture, RequestMeta
+from proxy.compare.types import Comparison, ExchangeRecord
+from proxy.gate.verdict import GateCriteria
 from proxy.tune.race import Race, RaceCriteria, faster_share_bounds
 
 META = RequestMeta(endpoint="chat", stream=True, deterministic=True,

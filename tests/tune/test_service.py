@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.compare.gate import GateCriteria
 from proxy.cutover.control import RoutesView
-from proxy.cutover.service import CutoverService
+from proxy.cutover.shell.service import CutoverService
+from proxy.gate.verdict import GateCriteria
 from proxy.statefile import StateFile
 from proxy.tune.service import SECTION, TuneRefused, TuneService
 from proxy.tune.spec import TuneSpec, TuneSpecError

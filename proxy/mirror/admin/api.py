@@ -16,9 +16,9 @@ from typing import Any
 from aiohttp import web
 
 from proxy.adminhttp import authorize, json_answer, json_error, json_errors, read_json
-from proxy.cutover.admin import add_cutover_routes
 from proxy.cutover.control import RouteConflict
-from proxy.cutover.service import CUTOVER_KEY
+from proxy.cutover.shell.admin import add_cutover_routes
+from proxy.cutover.shell.service import CUTOVER_KEY
 from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.mirror.admin.gate_hooks import FLAGGER_LAST_KEY, add_gate_hooks
 from proxy.mirror.app import (

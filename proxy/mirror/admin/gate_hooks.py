@@ -25,9 +25,9 @@ from typing import Any
 from aiohttp import web
 
 from proxy.adminhttp import bearer_token, json_answer, json_error, read_json, token_matches
-from proxy.compare.gate import analysis_body
+from proxy.gate.verdict import analysis_body
 from proxy.mirror.app import CONFIG_KEY, EVIDENCE_KEY
-from proxy.mirror.verdict import GateResult
+from proxy.mirror.judging import GateResult
 from proxy.mirror.worker.link import WorkerUnavailable
 
 log = logging.getLogger(__name__)

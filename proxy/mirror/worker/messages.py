@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, TypeAlias
 
-from proxy.compare.tally import AdmissionRow
-from proxy.compare.types import Endpoint
-from proxy.cutover.control import EvidenceWindow
+from proxy.capture.types import Endpoint
+from proxy.evidence.window import EvidenceWindow
+from proxy.gate.tally import AdmissionRow
 from proxy.mirror.config import ProxyConfig
-from proxy.mirror.verdict import GateResult
+from proxy.mirror.judging import GateResult
 
 
 def _values_getter(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]]:

@@ -32,18 +32,19 @@ from typing import Any
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from proxy.compare.stats import mann_whitney
 from proxy.credentials import install_log_redaction
 from proxy.eventloop import run_fast
+from proxy.evidence.store import RecordStore, SqliteStore, records_page
+from proxy.gate.stats import mann_whitney
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.collector import pace_garbage_collection
 from proxy.mirror.config import ProxyConfig, RouteConfig
 from proxy.mirror.exchange import Exchange, Mirror
+from proxy.mirror.judging import current_verdict, refresh_verdict_forever, window_verdict
 from proxy.mirror.load import LoopLoad
 from proxy.mirror.memory import release_memory_forever
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.upstream.routing import Router, Routes, make_pool_factory
-from proxy.mirror.verdict import current_verdict, refresh_verdict_forever, window_verdict
 from proxy.mirror.worker.ipc import Channel
 from proxy.mirror.worker.messages import (
     SCHEMA,
@@ -70,7 +71,6 @@ from proxy.mirror.worker.messages import (
     WindowGateQuery,
 )
 from proxy.mirror.worker.priority import lower_priority
-from proxy.store import RecordStore, SqliteStore, records_page
 from proxy.tasks import BackgroundTasks, cancel_all, start_task
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from typing import Any
 
 from multidict import CIMultiDict
 
-from proxy.compare.types import Endpoint
+from proxy.capture.types import Endpoint
 from proxy.metrics import ProxyMetrics
 from proxy.mirror.admission import Admission
 from proxy.mirror.config import ProxyConfig

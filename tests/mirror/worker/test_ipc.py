@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from proxy.aggregates import PairCounts, RoleCounts
-from proxy.compare.gate import GateInputs, MatchCounts, evaluate
-from proxy.compare.stats import LatencySamples
-from proxy.cutover.control import EvidenceWindow
+from proxy.evidence.aggregates import PairCounts, RoleCounts
+from proxy.evidence.window import EvidenceWindow
+from proxy.gate.stats import LatencySamples
+from proxy.gate.verdict import GateInputs, MatchCounts, evaluate
 from proxy.mirror.config import ProxyConfig, RouteConfig
-from proxy.mirror.verdict import GateResult, WindowFacts
+from proxy.mirror.judging import GateResult, WindowFacts
 from proxy.mirror.worker import messages as m
 from proxy.mirror.worker.ipc import _LENGTH, Channel
 
