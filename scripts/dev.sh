@@ -21,7 +21,10 @@ log() { printf '[dev.sh] %s\n' "$*" >&2; }
 # run by a test while `setup-e2e` still installs, say) waits instead of deleting a venv
 # that is half made. Released before the command itself runs.
 exec {CACHE_LOCK}>"$CACHE/.setup.lock"
-flock "$CACHE_LOCK"
+if ! flock -n "$CACHE_LOCK"; then
+    log "waiting for another scripts/dev.sh to finish setting up $CACHE"
+    flock "$CACHE_LOCK"
+fi
 unlock() { flock -u "$CACHE_LOCK"; exec {CACHE_LOCK}>&-; }
 
 dev_venv() {
@@ -38,8 +41,9 @@ dev_venv() {
         "$VENV/bin/pip" install -q "torch==$TORCH_VERSION"
         "$VENV/bin/pip" install -q -e "$ROOT[gpu,dev,fast]" "torch==$TORCH_VERSION"
         touch "$VENV/.complete"
-    else
-        # Cheap: re-points the editable install at this checkout.
+    elif [[ "$("$VENV/bin/python" -c 'import os, proxy; print(os.path.dirname(os.path.dirname(proxy.__file__)))' 2>/dev/null)" != "$ROOT" ]]; then
+        # Cheap: re-points the editable install at this checkout (not when it already
+        # does: a demo a test starts must not reinstall under the suite running beside it).
         "$VENV/bin/pip" install -q --no-deps -e "$ROOT"
     fi
     export PATH="$VENV/bin:$PATH"
@@ -57,7 +61,9 @@ aiohttp_newest_venv() {
     venv="$CACHE/aiohttp-newest-$key"
     if [[ ! -f "$venv/.complete" ]]; then
         log "creating $venv ($spec, newest release)"
-        rm -rf "$CACHE"/aiohttp-newest-*
+        # Those of past weeks go (another checkout's of this week, on its own dev venv,
+        # may be in use).
+        find "$CACHE" -maxdepth 1 -name 'aiohttp-newest-*' -mtime +7 -exec rm -rf {} +
         "$VENV/bin/python" -m venv "$venv"
         "$venv/bin/pip" install -q --upgrade "$spec"
         purelib="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -136,24 +142,41 @@ test_lanes() {
     # Two pytest processes at once (tests/conftest.py's lanes): the vLLM-engine and Docker
     # tests one at a time in one, every other test in the other; each line of output
     # prefixed with its lane. Exit 0 only if both pass (a lane left with no test, as
-    # when -k or -m selects only the other's, counts as passed: pytest's 5).
-    local pids=() codes=() code lane_name
+    # when -k or -m selects only the other's, counts as passed: pytest's 5). Each lane
+    # runs in a session of its own; a TERM, INT or HUP to this script stops both.
+    local pids=() codes=() code lane_name lanes
+    lanes="$(mktemp -d)"
     for lane_name in engines rest; do
-        { set +e; python -m pytest --lane "$lane_name" "$@" 2>&1; echo "__lane_exit $?"; } \
-            | sed -u "s/^/[$lane_name] /" | lane_exit "$lane_name" &
+        { setsid bash -c 'echo $$ >"$1"; python -m pytest --lane "$2" "${@:3}" 2>&1
+                          echo "__lane_exit $?"' _ "$lanes/$lane_name.pid" "$lane_name" "$@"
+        } | sed -u "s/^/[$lane_name] /" | lane_exit "$lane_name" &
         pids+=("$!")
     done
+    trap 'stop_lanes "$lanes"; exit 143' TERM INT HUP
     for pid in "${pids[@]}"; do
         code=0
         wait "$pid" || code=$?
         codes+=("$code")
     done
+    trap - TERM INT HUP
+    rm -rf "$lanes"
     log "lanes: engines exit ${codes[0]}, rest exit ${codes[1]}"
     for code in "${codes[@]}"; do
         [[ "$code" == 0 || "$code" == 5 ]] || return "$code"
     done
     [[ "${codes[0]}" == 5 && "${codes[1]}" == 5 ]] && return 5
     return 0
+}
+
+stop_lanes() {
+    local file
+    for file in "$1"/*.pid; do
+        if [[ -f "$file" ]]; then
+            kill -TERM -- "-$(cat "$file")" 2>/dev/null || true  # that lane may be done
+        fi
+    done
+    wait || true
+    rm -rf "$1"
 }
 
 lane_exit() {

@@ -1,7 +1,7 @@
 """The requests of the proxy's records as an eval prompt set (`eval record --records DB`).
 
 The proxy keeps a request's body only when it was started with `--store-text`
-(`extra["request"]` of the exchange); records without one are skipped and counted,
+(the record's `request_json`); records without one are skipped and counted,
 and a database with none at all is refused, naming the flag.
 """
 

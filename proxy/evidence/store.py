@@ -110,21 +110,33 @@ def _add_columns(db: sqlite3.Connection, columns: Sequence[tuple[str, str, str]]
 
 
 def _migrate(db: sqlite3.Connection) -> None:
-    """An older database brought to this schema (a no-op on a current one)."""
+    """An older database brought to this schema (a no-op on a current one). Rows whose
+    JSON still holds something are copied into the columns and their JSON emptied, in one
+    transaction: a row is copied once, never over what was written to its columns since."""
     with db:
         _add_columns(db, _FIELD_COLUMNS + _RECORD_COLUMNS)
-        if "extra" in _columns(db, "exchange"):
-            db.execute(_FROM_EXTRA)
-            try:
-                db.execute("ALTER TABLE exchange DROP COLUMN extra")
-            except sqlite3.OperationalError:  # SQLite before 3.35: kept, written as {}
-                pass
+        if "extra" not in _columns(db, "exchange"):
+            return
+        db.execute(_FROM_EXTRA + " WHERE extra <> '{}'")
+        db.execute("UPDATE exchange SET extra = '{}' WHERE extra <> '{}'")
+        try:
+            db.execute("ALTER TABLE exchange DROP COLUMN extra")
+        except sqlite3.OperationalError as exc:
+            if "syntax error" not in str(exc):  # SQLite before 3.35: kept, written as {}
+                raise
 
 
 def _needs_migration(db: sqlite3.Connection) -> bool:
+    """Whether reading this database needs `_migrate` first: a column missing, or a row
+    whose JSON was never copied into the columns."""
     have = _columns(db, "exchange")
-    return bool(have) and ("extra" in have or any(
-        name not in _columns(db, table) for table, name, _ in _FIELD_COLUMNS + _RECORD_COLUMNS))
+    if not have:
+        return False
+    if any(name not in _columns(db, table)
+           for table, name, _ in _FIELD_COLUMNS + _RECORD_COLUMNS):
+        return True
+    return "extra" in have and db.execute(
+        "SELECT 1 FROM exchange WHERE extra <> '{}' LIMIT 1").fetchone() is not None
 
 
 def _admission_where(window: EvidenceWindow | None) -> tuple[str, tuple[Any, ...]]:

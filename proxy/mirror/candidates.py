@@ -66,7 +66,8 @@ class CandidateMirrors:
         self._tasks = BackgroundTasks()
         # Its own metrics: the race's traffic must not move the proxy's gate or dashboards.
         self._mirror = Mirror(replace(config.mirror, sample_rate=1.0), self._tasks,
-                              ProxyMetrics(CollectorRegistry()), None)
+                              ProxyMetrics(CollectorRegistry()), None,
+                              evidence_in_start_order=False)
         tune.judged_until = self._mirror.judged_until
         self._factory = make_pool_factory(config.connect_timeout_s,
                                           config.max_upstream_connections)

@@ -36,7 +36,7 @@ from proxy.mirror.admission import Admission
 from proxy.mirror.config import MirrorConfig
 from proxy.mirror.relay import ChunkTap, RelayResult
 from proxy.mirror.shadow import fetch_capture, mirror_headers, tokenize
-from proxy.mirror.start_order import StartOrderHold
+from proxy.mirror.start_order import FORCED_LOG_EVERY_S, StartOrderHold, slim
 from proxy.mirror.upstream.routing import Routes, Upstream
 from proxy.tasks import BackgroundTasks
 
@@ -65,7 +65,7 @@ class Mirror:
     """In-process mirroring: admission, plus the collaborators every `Exchange` uses."""
 
     def __init__(self, config: MirrorConfig, tasks: BackgroundTasks, metrics: ProxyMetrics,
-                 store: RecordStore | None) -> None:
+                 store: RecordStore | None, evidence_in_start_order: bool = True) -> None:
         self.config = config
         self.metrics = metrics
         self.admission = Admission(config, metrics)
@@ -79,7 +79,10 @@ class Mirror:
         self.open_starts: dict[str, tuple[float, str | None]] = {}
         self._until: dict[str | None, float] = {}
         self.newest_start = time.time()  # records kept from before were complete then
-        self.evidence_hold = StartOrderHold()  # records not yet counted in the metrics
+        # Records not yet counted in the metrics (None: counted as they end, where no
+        # fleet gate reads the metrics: a tune race's own registry).
+        self.evidence_hold = StartOrderHold() if evidence_in_start_order else None
+        self._forced_logged = -math.inf  # when the hold's limit was last logged
 
     def judged_until(self, shadow: str | None = None) -> float:
         """The cutoff the gate may judge before: every exchange started earlier (to
@@ -99,17 +102,25 @@ class Mirror:
     def count_evidence(self, record: ExchangeRecord) -> None:
         """Count `record` in the comparison and evidence metrics once every exchange that
         started before it has ended (`proxy.mirror.start_order`)."""
-        forced = self.evidence_hold.hold(record)
+        hold = self.evidence_hold
+        if hold is None:
+            self._observe([record])
+            return
+        forced = hold.hold(slim(record))
         if forced:
-            log.warning("%d record(s) counted in the evidence metrics before an older "
-                        "exchange ended: %d held (the limit)", len(forced),
-                        self.evidence_hold.limit)
-        self._observe(forced)
+            self._observe(forced)
+            now = time.monotonic()
+            if now - self._forced_logged >= FORCED_LOG_EVERY_S:
+                self._forced_logged = now
+                log.warning("evidence metrics: %d records held behind an exchange still "
+                            "out (the limit): the oldest are counted before it ends",
+                            hold.limit)
 
     def release_evidence(self) -> None:
         """Count the held records the cutoff has passed (after an exchange ends)."""
-        if len(self.evidence_hold):
-            self._observe(self.evidence_hold.release(self.judged_until()))
+        hold = self.evidence_hold
+        if hold is not None and len(hold):
+            self._observe(hold.release(self.judged_until()))
 
     def _observe(self, records: list[ExchangeRecord]) -> None:
         for record in records:

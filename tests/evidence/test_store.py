@@ -306,3 +306,29 @@ def test_a_request_is_stored_only_where_text_is_kept(tmp_path):
         (back,) = store.records()
         assert back.request_json == (record.request_json if keep else None)
         store.close()
+
+
+def test_a_kept_json_column_is_never_copied_over_the_typed_columns_again(tmp_path):
+    """Where SQLite could not drop the old JSON column (before 3.35), rows written since
+    hold {} in it and their facts in the columns: opening the store again (read-only or
+    for writing) keeps those facts, and copies only rows whose JSON still holds some."""
+    from proxy.compare.types import RouteStamp
+
+    path = str(tmp_path / "kept.db")
+    store = SqliteStore(path)
+    written = replace(_record(1), routes=RouteStamp(2, "http://old:8000", "http://new:8000"),
+                      baseline_streamed=False)
+    store.write([written])
+    store.close()
+    with sqlite3.connect(path) as db:  # as SQLite before 3.35 leaves it, one legacy row more
+        db.execute("ALTER TABLE exchange ADD COLUMN extra TEXT NOT NULL DEFAULT '{}'")
+        db.execute("INSERT INTO exchange (request_id, started_unix, endpoint, stream,"
+                   " deterministic, prompt_sha256, prompt_chars, max_tokens, n, extra)"
+                   " VALUES ('r2', 1002.0, 'chat', 1, 1, ?, 5, 16, 1, ?)",
+                   ("ab" * 32, json.dumps({"route_version": 3, "urls": {
+                       "primary": "http://old:8000", "shadow": "http://new:8000"}})))
+    legacy = (None, RouteStamp(3, "http://old:8000", "http://new:8000"), True, None)
+    for readonly in (True, False, True):
+        view = SqliteStore(path, readonly=readonly)
+        assert [_said(r) for r in view.records()] == [_said(written), legacy], readonly
+        view.close()

@@ -79,3 +79,26 @@ def test_the_hold_is_bounded_and_releases_oldest_start_first() -> None:
     assert [r.started_unix for r in hold.release(float("inf"))] == [5.0]
     with pytest.raises(ValueError, match="at least 1"):
         StartOrderHold(limit=0)
+
+
+def test_what_is_held_is_slim_and_a_tune_race_counts_at_once() -> None:
+    from dataclasses import replace
+
+    from proxy.mirror.start_order import slim
+
+    full = record(1.0, OLD, NEW, ttft=SPEEDS)
+    full = replace(full, request_json='{"prompt": "secret"}', captures=tuple(
+        replace(c, text="secret answer", token_ids=(1, 2), itl_s=(0.01,) * 50)
+        for c in full.captures))
+    held = slim(full)
+    assert held.request_json is None
+    assert all(c.text == "" and c.token_ids is None and c.itl_s == () for c in held.captures)
+    assert [(c.role, c.ttft_s, c.e2e_s, c.output_tokens, c.error) for c in held.captures] == \
+        [(c.role, c.ttft_s, c.e2e_s, c.output_tokens, c.error) for c in full.captures]
+    assert held.comparisons == full.comparisons
+    registry = CollectorRegistry()
+    race = Mirror(MirrorConfig(), BackgroundTasks(), ProxyMetrics(registry), None,
+                  evidence_in_start_order=False)
+    race.open_starts["older"] = (race.newest_start, NEW)  # out, yet not waited for
+    race.count_evidence(record(race.newest_start + 1.0, OLD, NEW, ttft=SPEEDS))
+    assert _compared(registry) == 1 and race.evidence_hold is None
