@@ -27,6 +27,7 @@ from multidict import CIMultiDict
 from proxy.capture.builder import CaptureBuilder
 from proxy.capture.request import PreparedRequest, json_bytes, prepare
 from proxy.capture.types import Capture, Endpoint, RequestMeta, Role
+from proxy.compare import token_ids
 from proxy.compare.diff import compare
 from proxy.compare.types import ExchangeRecord, RouteStamp, TokenSource
 from proxy.credentials import without_credentials
@@ -42,13 +43,6 @@ from proxy.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
-
-
-def _with_ids(capture: Capture, ids: tuple[int, ...]) -> Capture:
-    """`capture` with re-tokenized ids; the engine's per-token offsets no longer fit them."""
-    tokens = capture.output_tokens if capture.output_tokens is not None else len(ids)
-    return dataclasses.replace(capture, token_ids=ids, token_char_ends=None,
-                               output_tokens=tokens)
 
 
 def unstreamed(prepared: PreparedRequest) -> bytes:
@@ -289,35 +283,11 @@ class Exchange:
     async def _token_ids(
         self, primary: Capture, others: list[tuple[Role, Capture]]
     ) -> tuple[TokenSource, Capture, list[tuple[Role, Capture]]]:
-        """Comparable ids for both sides (see docs/TOKEN_IDS.md)."""
-        if primary.token_ids is not None:
-            return "client", primary, others
-        usable = [c for _, c in others if c.error is None and not c.cancelled]
-        primary_ok = primary.error is None and not primary.cancelled
-        if self.meta is None or not self.meta.deterministic or not primary_ok or not usable:
-            if primary_ok and primary.output_tokens is None and primary.text:
-                # No usage chunk: the primary's length (and so its TPOT sample) needs a count.
-                ids = await self._tokenize_all({primary.text})
-                if ids is not None:
-                    primary = dataclasses.replace(primary, output_tokens=len(ids[primary.text]))
-            return "none", primary, others
-        texts = {primary.text} | {c.text for c in usable}
-        if len(texts) == 1:
-            # Equal texts give equal ids: nothing to re-tokenize. The primary's length, if
-            # it sent no usage, is the engine's count on a side that produced the same text.
-            if primary.output_tokens is None:
-                count = next((c.output_tokens for c in usable if c.output_tokens is not None),
-                             None)
-                primary = dataclasses.replace(primary, output_tokens=count)
-            if primary.output_tokens is not None:
-                return "equal_text", primary, others
-        ids = await self._tokenize_all(texts)
-        if ids is None:
-            return "none", primary, others
-        primary = _with_ids(primary, ids[primary.text])
-        others = [(role, _with_ids(c, ids[c.text]) if c.error is None and not c.cancelled else c)
-                  for role, c in others]
-        return "tokenize", primary, others
+        """Comparable ids for both sides: decided by `proxy.compare.token_ids`, the texts
+        it asks for tokenized on the primary (see docs/TOKEN_IDS.md)."""
+        chosen = token_ids.plan(self.meta, primary, others)
+        ids = await self._tokenize_all(set(chosen.texts)) if chosen.texts else None
+        return token_ids.apply(chosen, others, ids)
 
     async def _tokenize_all(self, texts: set[str]) -> dict[str, tuple[int, ...]] | None:
         """Token ids of every distinct text from the primary's /tokenize (one tokenizer)."""
