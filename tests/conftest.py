@@ -10,11 +10,13 @@ Both skip when the resource is missing, or fail when VLLM_CUTOVER_REQUIRE_E2E=1.
 status serve the README's command test and the demo's story tests.
 The fixtures that start vLLM servers live in tests/e2e/conftest.py.
 
-Two lanes (`--lane engines|rest`; `scripts/dev.sh test` runs both at once): everything
-that runs vLLM engines or touches the Docker engine is the `engines` lane, one test at a
-time (the engines' memory cap and the image builds are per process, and two CPU engines
-at once would starve each other); every other test is the `rest` lane. Without `--lane`
-every test runs, in this process.
+Three lanes (`--lane engines|rest|solo`): everything that runs vLLM engines or touches
+the Docker engine is the `engines` lane, one test at a time (the engines' memory cap and
+the image builds are per process, and two CPU engines at once would starve each other);
+the tests marked `solo` (a gate judged under a load they make themselves: latency,
+timeouts) are the `solo` lane; every other test is the `rest` lane. `scripts/dev.sh test`
+runs engines and rest at once, then solo alone. Without `--lane` every test runs, in this
+process.
 """
 
 from __future__ import annotations
@@ -105,11 +107,13 @@ def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom
 
 
 ENGINE_FIXTURES = frozenset({"vllm_python", "docker_client"})
-LANES = ("engines", "rest")
+LANES = ("engines", "rest", "solo")
 
 
 def lane(item: pytest.Item) -> str:
     """The lane `item` runs in (see the module's docstring)."""
+    if item.get_closest_marker("solo"):
+        return "solo"
     if item.get_closest_marker("vllm") or item.get_closest_marker("docker") \
             or set(getattr(item, "fixturenames", ())) & ENGINE_FIXTURES:
         return "engines"
@@ -118,8 +122,9 @@ def lane(item: pytest.Item) -> str:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--lane", choices=LANES, default=None,
-                     help="run only this lane's tests: 'engines' (vLLM engines, Docker) or "
-                          "'rest' (scripts/dev.sh test runs both at once)")
+                     help="run only this lane's tests: 'engines' (vLLM engines, Docker), "
+                          "'solo' (gates judged under load) or 'rest' (scripts/dev.sh test "
+                          "runs engines and rest at once, then solo alone)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

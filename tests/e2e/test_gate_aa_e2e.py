@@ -12,7 +12,7 @@ import pytest
 from tests.e2e.cutover_harness import LoadThread
 from tests.e2e.gate_sims import MODEL, PACED, UNPACED, admin_get, proxy, sims
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, pytest.mark.solo]  # judged under load: alone (conftest.py)
 LOAD_S = 25.0
 
 

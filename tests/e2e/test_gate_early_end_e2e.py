@@ -28,7 +28,7 @@ from tests.e2e.cutover_harness import LoadThread
 from tests.e2e.gate_sims import MODEL, admin_get, proxy, sims
 from tests.e2e.proxy_fixtures import ADMIN_TOKEN
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.solo]  # alone: conftest.py
 ENGINE = ("--ttft-ms", "30", "--itl-ms", "12")  # engine-like pacing
 BEYOND_THE_LIMIT = (*ENGINE, "--divergence-rate", "0.06")
 ANALYSIS_TIMEOUT_S = 900.0

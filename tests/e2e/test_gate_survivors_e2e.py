@@ -26,7 +26,7 @@ from tests.e2e.cutover_harness import LoadThread
 from tests.e2e.gate_sims import MODEL, admin_get, proxy, sims
 from tests.e2e.proxy_fixtures import ADMIN_TOKEN
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, pytest.mark.solo]  # judged under load: alone (conftest.py)
 ENGINE = ("--ttft-ms", "5", "--itl-ms", "1")
 HANGS = (*ENGINE, "--ttft-tail-share", "0.05", "--ttft-tail-factor", "20000")  # 100 s
 SHADOW_TIMEOUT_S = 45.0

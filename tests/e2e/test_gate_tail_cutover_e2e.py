@@ -15,7 +15,7 @@ from tests.e2e.cutover_harness import LoadThread
 from tests.e2e.gate_sims import MODEL, admin_get, proxy, sims
 from tests.e2e.proxy_fixtures import ADMIN_TOKEN
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, pytest.mark.solo]  # judged under load: alone (conftest.py)
 ENGINE = ("--ttft-ms", "20", "--itl-ms", "1", "--jitter", "0.2")
 TAIL = (*ENGINE, "--ttft-tail-share", "0.1", "--ttft-tail-factor", "4")
 CUTOVERS = 3
