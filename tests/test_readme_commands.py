@@ -216,6 +216,8 @@ def _param(command: str, expect: Expect) -> object:
     marks = [pytest.mark.e2e, pytest.mark.slow] if expect.slow else []
     if expect.docker:
         marks.append(pytest.mark.docker)
+    if expect.shared:  # its run is the shared one, which the solo lane makes (conftest.py)
+        marks.append(pytest.mark.solo)
     return pytest.param(command, expect, marks=marks, id=command[:60])
 
 

@@ -54,6 +54,7 @@ def test_the_walkthrough_is_the_promised_story() -> None:
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@pytest.mark.solo  # its cutover's gate is judged under the load it makes: alone (conftest.py)
 def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
     script = walkthrough((REPO_ROOT / "README.md").read_text(encoding="utf-8"))
     ports = {port: free_port() for port in PORTS}

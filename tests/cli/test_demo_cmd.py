@@ -51,9 +51,11 @@ def _assert_report_agrees_with_the_gate(out: str) -> None:
 
 
 # The readers of the README's demo run (`bash scripts/dev.sh demo`, which makes or checks
-# the dev venv): end-to-end, as the README command test that shares the run is.
+# the dev venv): end-to-end, as the README command test that shares the run is, and solo
+# (its cutover is judged under the load it makes).
 @pytest.mark.slow
 @pytest.mark.e2e
+@pytest.mark.solo
 def test_demo_runs_the_whole_story(readme_demo: TerminalRun) -> None:
     """The default demo, as the README's first command runs it at a terminal: a healthy new
     version shadowed, judged, promoted with the old one as its shadow, the old one drained;
@@ -108,6 +110,7 @@ def test_demo_regression_is_aborted_and_clients_never_notice(tmp_path: Path) -> 
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@pytest.mark.solo
 def test_in_a_terminal_the_progress_is_one_line_redrawn_in_place(readme_demo: TerminalRun
                                                                   ) -> None:
     """The README's demo at a terminal (the run the story test reads too)."""
