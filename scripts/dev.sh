@@ -169,9 +169,10 @@ run_lanes() {
     while [[ "$1" != "--" ]]; do names+=("$1"); shift; done
     shift
     for lane_name in "${names[@]}"; do
-        { setsid bash -c 'echo $$ >"$1"; python -m pytest --lane "$2" "${@:3}" 2>&1
-                          echo "__lane_exit $?"' _ "$dir/$lane_name.pid" "$lane_name" "$@"
-        } | sed -u "s/^/[$lane_name] /" | lane_exit "$lane_name" &
+        # pipefail (set above) gives the pipeline pytest's status; exec keeps its pid the
+        # session's, which stop_lanes signals.
+        setsid bash -c 'echo $$ >"$1"; exec python -m pytest --lane "$2" "${@:3}" 2>&1' \
+            _ "$dir/$lane_name.pid" "$lane_name" "$@" | sed -u "s/^/[$lane_name] /" &
         pids+=("$!")
     done
     for pid in "${pids[@]}"; do
@@ -190,19 +191,6 @@ stop_lanes() {
     done
     wait || true
     rm -rf "$1"
-}
-
-lane_exit() {
-    # Pass the lane's lines through; exit with the status its pytest ended with.
-    local line status=1
-    while IFS= read -r line; do
-        if [[ "$line" == "[$1] __lane_exit "* ]]; then
-            status="${line##* }"
-        else
-            printf '%s\n' "$line"
-        fi
-    done
-    return "$status"
 }
 
 cmd="${1:-}"

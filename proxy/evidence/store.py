@@ -129,13 +129,12 @@ def _migrate(db: sqlite3.Connection) -> None:
 def _needs_migration(db: sqlite3.Connection) -> bool:
     """Whether reading this database needs `_migrate` first: a column missing, or a row
     whose JSON was never copied into the columns."""
-    have = _columns(db, "exchange")
-    if not have:
+    have = {table: _columns(db, table) for table in ("exchange", "comparison")}
+    if not have["exchange"]:
         return False
-    if any(name not in _columns(db, table)
-           for table, name, _ in _FIELD_COLUMNS + _RECORD_COLUMNS):
+    if any(name not in have[table] for table, name, _ in _FIELD_COLUMNS + _RECORD_COLUMNS):
         return True
-    return "extra" in have and db.execute(
+    return "extra" in have["exchange"] and db.execute(
         "SELECT 1 FROM exchange WHERE extra <> '{}' LIMIT 1").fetchone() is not None
 
 
