@@ -86,9 +86,7 @@ def round_numbers(marks: RoundMarks, steady: Sequence[Outcome], probes: Sequence
     """Every per-round number the figures are made of (milliseconds, counts)."""
     t0 = marks.promote.sent_s
     first_new = first_answer(probes, new_fp, t0)
-    # The last probe old answered, sent after the decision or (when the switch beat every
-    # probe sent after it) before: a negative figure, never none.
-    last_old = last_sent(probes, old_fp, -math.inf, marks.switch_window[1])
+    last_old = last_sent(probes, old_fp, t0, marks.switch_window[1])
     middle = sum(marks.control) / 2
     control = ttfts_ms(steady, middle - SLICE_S, middle + SLICE_S)
     probe_ms = [o.e2e_s * 1000 for o in probes if o.ok and marks.control[0] <= o.started_s
