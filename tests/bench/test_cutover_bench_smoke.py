@@ -31,8 +31,11 @@ def test_smoke_run_produces_every_figure(docker_client: Any, cutover_images: Ima
     figures = {(f["scenario"], f["name"]): f for f in document["figures"]}
     for scenario in ("promote", "blip", "rollback", "answers"):
         assert any(s == scenario for s, _ in figures), (scenario, list(figures))
-    for figure in figures.values():
-        assert not math.isnan(figure["value"]), figure  # every figure measured
+    # Every figure measured; "none" (NaN) only where it is a designed value: no probe sent
+    # after the decision reached old when the switch beat them all (test_cutover_figures).
+    none_allowed = {("promote", "decision -> last request sent that old answered")}
+    for key, figure in figures.items():
+        assert key in none_allowed or not math.isnan(figure["value"]), figure
         if figure["target"]:
             assert figure["verdict"] in ("PASS", "FAIL", "noise"), figure
     # Correctness, not timing: nothing failed, and no request sent before the promotion
