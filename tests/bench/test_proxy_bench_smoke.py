@@ -81,10 +81,11 @@ def test_nginx_mirror_path_produces_its_figures(tmp_path: Path, nginx_available:
     # nginx's CPU includes its worker, where the mirror subrequests run: > 0 per request.
     assert figures[("latency", "nginx-mirror CPU per request (16 events)")]["value"] > 0
     # nginx-mirror reads every mirror answer to its end; nginx's mirror as shipped reads
-    # only the head and hangs up, so the shadow never sends a whole answer.
+    # only the head and hangs up, so the shadow almost never sends a whole answer (a short
+    # one can reach the socket before the hang-up: CI once saw 0.004 a request).
     sent = "shadow answers sent whole, per client request"
     assert 0.5 < figures[("latency", f"nginx-mirror: {sent}")]["value"] < 1.5
-    assert figures[("latency", f"nginx-mirror-headers: {sent}")]["value"] == 0.0
+    assert figures[("latency", f"nginx-mirror-headers: {sent}")]["value"] < 0.1
     slow = figures[("impact", "proxy: primary TTFT p99 ratio, 10x slower shadow")]
     assert slow["reference"] == "nginx-mirror" and len(slow["reference_rounds"]) == 2
     assert "nginx-mirror" in stdout
