@@ -4,7 +4,9 @@ a fixed horizon that the benchmark prices it against.
 `gate_verdict` is `proxy.gate.verdict.evaluate` at the default criteria for records with a
 baseline (every check's rule, alpha and window as `checks.py` and `latency_checks.py`
 write them, on the gate's own `sequential` bounds): samples, match rate, paired p50 of
-each latency metric, quantile-ratio p99 on the store's bucketed tails, output lengths and
+each latency metric, the paired p99 (every pair since the start in 1 % buckets, three bets
+at every bucket: `latency_checks.TailCounts`; the fail side on the store's bucketed
+tails), output lengths and
 errors (the paired test on each run's new-only and old-only error counts: every simulated
 request went to both sides); a family of traffic without samples is not judged. The
 benchmark checks it against `evaluate` itself on some runs of every cell and counts
@@ -12,8 +14,9 @@ mismatches.
 
 `fixed_pass` is the same checks done once at a planned sample size with exact one-look
 bounds at the pass side's alpha: Clopper-Pearson for rates (errors unpaired, as before),
-the exact sign test for the paired p50, binomial order-statistic bounds for p99. Statuses
-are arrays of 0 fail, 1 inconclusive, 2 pass per run.
+the exact sign test for the paired p50, and for the paired p99 at every 1 % bucket any
+of three exact tests at a third of the alpha (new's rate below 1 %, old's above, the
+sign test of the pairs that differ: the same three as the gate's bets, Bonferroni). Statuses are arrays of 0 fail, 1 inconclusive, 2 pass per run.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from proxy.gate.sequential import mean_bounds_array, paired_log_wealth_array
+from proxy.gate.sequential import (
+    mean_bounds_array,
+    paired_log_wealth_array,
+    tail_log_evidence,
+    tail_log_parts,
+)
 from proxy.gate.verdict import GateCriteria
 
 Array = NDArray[np.float64]
@@ -59,6 +67,10 @@ class Look:
     pairs: Mapping[str, tuple[Array, Array]]  # metric -> (pairs in window, new beyond limit)
     tail_n: Mapping[str, tuple[Array, Array]]  # metric -> (old's, new's samples since start)
     order_stat: OrderStat
+    pairs_n: Mapping[str, Array]  # metric -> (baseline, shadow) pairs since the start
+    # metric -> (new_over, old_over, gain, loss) per run and 1 % bucket, as
+    # `latency_checks.TailCounts` counts them (column 0 at or below every pair)
+    tail_counts: Callable[[str], tuple[NDArray[np.int64], ...]]
 
 
 class Bounds:
@@ -137,8 +149,7 @@ def gate_verdict(look: Look, c: GateCriteria,
             judged = status(hi(pa, i_pass) < 0.5, lo(fa, i_fail) > 0.5)
             judged = np.where(count < c.min_latency_samples, INCONCLUSIVE, judged)
         else:
-            judged = _quantile_ratio(look, entry.metric, entry.quantile, limit, floor, c,
-                                     ranks)
+            judged = _paired_tail(look, entry.metric, limit, floor, c, ranks)
         latency.append(np.where(applies, judged, PASS))
         names.append(entry.field)
     any_evidence = np.any(list(evidence.values()), axis=0)
@@ -147,32 +158,89 @@ def gate_verdict(look: Look, c: GateCriteria,
     return np.asarray(np.min(np.stack(checks), axis=0)), dict(zip(names, checks, strict=False))
 
 
-def _quantile_ratio(look: Look, metric: str, q: float, limit: float, floor: float,
-                    c: GateCriteria,
-                    ranks: Mapping[float, tuple[NDArray[np.int64], NDArray[np.int64]]],
-                    ) -> Status:
-    assert q == 0.99, "the benchmark's traffic always has a baseline: p50 is paired"
+_SURE: dict[tuple[float, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = {}
+
+
+def sure_counts(level: float, size: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Per n pairs 0..size: the most new-over counts with which new's rate alone reaches
+    `level` (-1: none), and the fewest old-over counts with which old's rate alone does
+    (size + 1: none). At `level` = ln(3/alpha) a bucket past either passes whatever the
+    rest: the mean of three is at least its largest part over 3."""
+    key = (level, size)
+    if key not in _SURE:
+        n = np.arange(size + 1, dtype=float)
+        zero = np.zeros_like(n)
+
+        def new_ok(x: Array) -> NDArray[np.bool_]:
+            return np.asarray(tail_log_parts(n, x, zero, zero, zero)[1] >= level)
+
+        def old_ok(y: Array) -> NDArray[np.bool_]:
+            return np.asarray(tail_log_parts(n, zero, y, zero, zero)[2] >= level)
+
+        # new's rate falls as x grows: the last x that passes (-1: none)
+        low, high = np.full_like(n, -1.0), n + 1
+        while np.any(high - low > 1):
+            mid = np.floor((low + high) / 2)
+            ok = new_ok(np.maximum(mid, 0))
+            low, high = np.where(ok, mid, low), np.where(ok, high, mid)
+        most_new = low.astype(np.int64)
+        # old's rate grows with y: the first y that passes (size + 1: none)
+        low, high = np.full_like(n, -1.0), n + 1
+        while np.any(high - low > 1):
+            mid = np.floor((low + high) / 2)
+            ok = old_ok(np.maximum(mid, 0))
+            low, high = np.where(ok, low, mid), np.where(ok, mid, high)
+        reached = old_ok(np.minimum(high, n)) & (high <= n)
+        fewest_old = np.where(reached, high, size + 1).astype(np.int64)
+        _SURE[key] = (most_new, fewest_old)
+    return _SURE[key]
+
+
+def _paired_tail(look: Look, metric: str, limit: float, floor: float, c: GateCriteria,
+                 ranks: Mapping[float, tuple[NDArray[np.int64], NDArray[np.int64]]],
+                 ) -> Status:
     old_n, new_n = look.tail_n[metric]
-    pass_side, fail_side = c.pass_alpha() / 2, c.fail_alpha() / 2
+    fail_side = c.fail_alpha() / 2
+    o_high = _upper(look, metric, "old", old_n, fail_side, ranks)
+    n_low = _lower(look, metric, "new", new_n, fail_side, ranks)
+    level = math.log(1 / c.pass_alpha())
+    pairs = look.pairs_n[metric].astype(np.int64)
+    new_over, old_over, gain, loss = look.tail_counts(metric)
+    most_new, fewest_old = sure_counts(level + math.log(3), int(pairs.max(initial=0)))
+    # buckets not surely passed: new_over > most_new (a prefix: new_over falls with k)
+    # and old_over < fewest_old (a suffix, old_over falls too): [first, last)
+    last = np.sum(new_over > most_new[pairs][:, None], axis=1)
+    first = np.sum(old_over >= fewest_old[pairs][:, None], axis=1)
+    span = int(max(1, (last - first).max(initial=0)))
+    column = first[:, None] + np.arange(span)[None, :]
+    unsure = column < last[:, None]
+    k = np.minimum(column, new_over.shape[1] - 1)
 
-    def lower(role: str, size: Array, alpha: float) -> Array:
-        count = ranks[alpha][0][size.astype(np.int64)]
-        value = look.order_stat(metric, role, count)[0]
-        return np.where(count >= 1, value, np.nan)
+    def at(counts: NDArray[np.int64]) -> Array:
+        return np.take_along_axis(counts, k, axis=1).astype(float)
 
-    def upper(role: str, size: Array, alpha: float) -> Array:
-        count = ranks[alpha][1][size.astype(np.int64)] + 1
-        value = look.order_stat(metric, role, np.where(count <= size, count, 0))[1]
-        return np.where(count <= size, value, np.nan)
-
-    o_low, o_high = lower("old", old_n, pass_side), upper("old", old_n, fail_side)
-    n_low, n_high = lower("new", new_n, fail_side), upper("new", new_n, pass_side)
+    evidence = tail_log_evidence(np.broadcast_to(pairs[:, None], k.shape).astype(float),
+                                 at(new_over), at(old_over), at(gain), at(loss))
+    passed = np.all((evidence >= level) | ~unsure, axis=1)
     with np.errstate(invalid="ignore"):
         failed = n_low > np.maximum(limit * o_high, o_high + floor)
-        passed = n_high <= np.maximum(limit * o_low, o_low + floor)
-    judged = status(passed & ~np.isnan(n_high) & ~np.isnan(o_low),
-                    failed & ~np.isnan(n_low) & ~np.isnan(o_high))
-    return np.where(np.minimum(old_n, new_n) < c.min_latency_samples, INCONCLUSIVE, judged)
+    judged = status(passed, failed & ~np.isnan(n_low) & ~np.isnan(o_high))
+    few = np.minimum(np.minimum(old_n, new_n), pairs) < c.min_latency_samples
+    return np.where(few, INCONCLUSIVE, judged)
+
+
+def _lower(look: Look, metric: str, role: str, size: Array, alpha: float,
+           ranks: Mapping[float, tuple[NDArray[np.int64], NDArray[np.int64]]]) -> Array:
+    count = ranks[alpha][0][size.astype(np.int64)]
+    value = look.order_stat(metric, role, count)[0]
+    return np.where(count >= 1, value, np.nan)
+
+
+def _upper(look: Look, metric: str, role: str, size: Array, alpha: float,
+           ranks: Mapping[float, tuple[NDArray[np.int64], NDArray[np.int64]]]) -> Array:
+    count = ranks[alpha][1][size.astype(np.int64)] + 1
+    value = look.order_stat(metric, role, np.where(count <= size, count, 0))[1]
+    return np.where(count <= size, value, np.nan)
 
 
 def clopper_pearson(k: Array, n: Array, tail: float) -> tuple[Array, Array]:
@@ -185,22 +253,12 @@ def clopper_pearson(k: Array, n: Array, tail: float) -> tuple[Array, Array]:
     return np.nan_to_num(low, nan=0.0), np.nan_to_num(high, nan=1.0)
 
 
-def fixed_ranks(size: int, q: float, tail: float) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """One-look order-statistic bounds for the q-quantile at every n 0..size: X_(l) <= it
-    and X_(u) >= it, each with probability >= 1 - tail (l: 0 / u: n + 1 where none)."""
+def fixed_pass(look: Look, c: GateCriteria) -> NDArray[np.bool_]:
+    """Whether the one-look test planned for n = look.n passes, per run: every check's
+    pass side at the gate's pass alpha (split as the gate splits it), exact tests on every
+    sample since the start."""
     from scipy.stats import binom
 
-    n = np.arange(size + 1)
-    low = binom.ppf(tail, n, q).astype(np.int64)  # P(Bin >= l) >= 1 - tail
-    high = binom.ppf(1 - tail, n, q).astype(np.int64) + 1  # P(Bin <= u - 1) >= 1 - tail
-    return low, high
-
-
-def fixed_pass(look: Look, c: GateCriteria,
-               ranks: tuple[NDArray[np.int64], NDArray[np.int64]]) -> NDArray[np.bool_]:
-    """Whether the one-look test planned for n = look.n passes, per run: every check's
-    pass side at the gate's pass alpha (halved where two bounds decide it), exact bounds
-    on every sample since the start. `ranks`: `fixed_ranks(size, 0.99, pass_alpha / 2)`."""
     pa = c.pass_alpha()
     n = np.full(look.compared.shape, float(look.n))
     ok = look.compared >= c.min_samples
@@ -215,20 +273,20 @@ def fixed_pass(look: Look, c: GateCriteria,
         s_low, s_high = clopper_pearson((look.length_signs + look.length_pairs) / 2,
                                         look.length_pairs, pa)
         ok &= (2 * s_low - 1 >= -c.max_length_shift) & (2 * s_high - 1 <= c.max_length_shift)
-    for entry, limit in c.enabled_limits():
+    third = pa / 3
+    for entry, _limit in c.enabled_limits():
         old_n, new_n = look.tail_n[entry.metric]
         if not np.any(old_n + new_n):
             continue
-        floor = c.token_latency_floor_s if entry.per_token else c.latency_floor_s
         if entry.quantile == 0.5:  # the exact sign test, one-sided
             count, slower = look.pairs[entry.metric]
             ok &= clopper_pearson(slower, count, pa)[1] < 0.5
             continue
-        l_rank = ranks[0][old_n.astype(np.int64)]
-        u_rank = ranks[1][new_n.astype(np.int64)]
-        o_low = look.order_stat(entry.metric, "old", l_rank)[2]
-        n_high = look.order_stat(entry.metric, "new", np.where(u_rank <= new_n, u_rank, 0))[2]
-        with np.errstate(invalid="ignore"):
-            ok &= (l_rank >= 1) & (u_rank <= new_n) \
-                & (n_high <= np.maximum(limit * o_low, o_low + floor))
+        # at every 1 % bucket one of three exact one-sided tests at a third of alpha
+        pairs = look.pairs_n[entry.metric][:, None]
+        new_over, old_over, gain, loss = look.tail_counts(entry.metric)
+        explained = ((binom.cdf(new_over, pairs, 0.01) <= third)
+                     | (binom.sf(old_over - 1, pairs, 0.01) <= third)
+                     | (binom.sf(gain - 1, gain + loss, 0.5) <= third))
+        ok &= np.all(explained, axis=1) & (pairs[:, 0] > 0)
     return np.asarray(ok)

@@ -21,11 +21,12 @@ from statistics import NormalDist
 import numpy as np
 from numpy.typing import NDArray
 
-from proxy.gate.sketch import FLOOR_S, WIDTH
+from proxy.gate.sketch import FLOOR_S, PAIR_WIDTH, WIDTH
 
 Array = NDArray[np.float64]
 _NORMAL = NormalDist()
 _LOG_STEP = math.log1p(WIDTH)
+_PAIR_STEP = math.log1p(PAIR_WIDTH)
 
 
 def mixture_quantiles(u: Array, sigma: float, tail_share: float = 0.0,
@@ -212,3 +213,11 @@ def bucket_edges(values: Array) -> tuple[Array, Array]:
                           1 + np.floor(np.log(values / FLOOR_S) / _LOG_STEP), 0)
     low = np.where(bucket <= 0, 0.0, FLOOR_S * np.exp((bucket - 1) * _LOG_STEP))
     return low, FLOOR_S * np.exp(bucket * _LOG_STEP)
+
+
+def pair_buckets(values: Array) -> NDArray[np.int64]:
+    """`proxy.gate.sketch.pair_bucket_of` of each value (0 for NaN and values up to FLOOR_S)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(values > FLOOR_S,
+                       1 + np.floor(np.log(values / FLOOR_S) / _PAIR_STEP), 0)
+    return np.nan_to_num(out, nan=0.0).astype(np.int64)

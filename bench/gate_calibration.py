@@ -39,14 +39,30 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _gate_rules import FAIL, PASS, Look, fixed_pass, fixed_ranks, gate_verdict
-from _gate_sim import Model, RankTrees, Series, Traffic, bucket_edges, draw_traffic
+from _gate_rules import (
+    FAIL,
+    PASS,
+    Look,
+    fixed_pass,
+    gate_verdict,
+)
+from _gate_sim import (
+    Model,
+    RankTrees,
+    Series,
+    Traffic,
+    bucket_edges,
+    draw_traffic,
+    pair_buckets,
+)
 
 from proxy.capture.types import Capture, RequestMeta, Role
 from proxy.compare.types import Comparison, ExchangeRecord
 from proxy.compare.types import Outcome as CompareOutcome
 from proxy.cutover.spec import CutoverSpec
+from proxy.gate.latency_checks import allowance
 from proxy.gate.sequential import quantile_rank_table
+from proxy.gate.sketch import last_edge_below, pair_edges
 from proxy.gate.stats import wilson_interval
 from proxy.gate.tally import LATENCY_WINDOW
 from proxy.gate.verdict import GateCriteria, GateInputs, evaluate
@@ -134,6 +150,16 @@ class Batch:
     tail_n: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     series: dict[tuple[str, str], tuple[int, Series]] = field(default_factory=dict)
     trees: RankTrees | None = None
+    # p99 metric -> each request's pair: (counted, new's 1 % bucket, old's allowance's
+    # last edge below: `latency_checks.TailCounts`), as columns of the counts below
+    tail_pairs: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = \
+        field(default_factory=dict)
+    # p99 metric -> per run and column, grown look by look: pairs with new's bucket there,
+    # with old's edge there, and the difference arrays of gain and loss
+    tail_grown: dict[str, tuple[np.ndarray, ...]] = field(default_factory=dict)
+    pairs_n: dict[str, np.ndarray] = field(default_factory=dict)
+    _tail_cache: dict[tuple[str, int], tuple[np.ndarray, ...]] = field(default_factory=dict)
+    _grown: int = 0
 
     @classmethod
     def of(cls, traffic: Traffic, criteria: GateCriteria, size: int) -> Batch:
@@ -154,7 +180,8 @@ class Batch:
                   if e.quantile == 0.5}
         floors = {m: criteria.token_latency_floor_s if m.startswith("tpot")
                   else criteria.latency_floor_s for m in METRICS}
-        p99 = [e.metric for e, _ in criteria.enabled_limits() if e.quantile == 0.99]
+        p99 = {e.metric: limit for e, limit in criteria.enabled_limits()
+               if e.quantile == 0.99}
         index = 0
         for metric in METRICS:
             old, old_ok = t.metric("baseline", metric)
@@ -168,6 +195,15 @@ class Batch:
                 for role, values, ok in (("old", old, old_ok), ("new", new, new_ok)):
                     b.series[(metric, role)] = (index, Series.of(values, ok))
                     index += 1
+                bucket = pair_buckets(new)
+                top = last_edge_below(allowance(p99[metric], floors[metric],
+                                                pair_edges(pair_buckets(old))))
+                start = int(min(bucket.min(), top.min() - 1)) - 1
+                width = int(max(bucket.max(), top.max())) + 3 - start
+                b.tail_pairs[metric] = (paired, bucket - start, top - start)
+                b.tail_grown[metric] = tuple(np.zeros((len(both), width), np.int32)
+                                             for _ in range(4))
+            b.pairs_n[metric] = _prefix(paired)
         b.trees = RankTrees(max(index, 1), len(both), size)
         return b
 
@@ -176,6 +212,37 @@ class Batch:
         for index, s in self.series.values():
             for j in range(lo, n):
                 self.trees.insert(index, s.rank[:, j], s.counts[:, j])
+        for metric, (paired, bucket, top) in self.tail_pairs.items():
+            new_at, top_at, gain, loss = self.tail_grown[metric]
+            for j in range(lo, n):  # gain on [bucket + 1, top - 1], loss on [top, bucket]
+                runs = np.flatnonzero(paired[:, j])
+                b, t = bucket[runs, j], top[runs, j]
+                np.add.at(new_at, (runs, b), 1)
+                np.add.at(top_at, (runs, t), 1)
+                g, lose = b + 1 <= t - 1, t <= b
+                np.add.at(gain, (runs[g], b[g] + 1), 1)
+                np.add.at(gain, (runs[g], t[g]), -1)
+                np.add.at(loss, (runs[lose], t[lose]), 1)
+                np.add.at(loss, (runs[lose], b[lose] + 1), -1)
+        self._grown = n
+
+    def tail_counts(self, metric: str) -> tuple[np.ndarray, ...]:
+        """(new_over, old_over, gain, loss) per run and column (`latency_checks.TailCounts`)."""
+        key = (metric, self._grown)
+        if key not in self._tail_cache:
+            if any(n != self._grown for _, n in self._tail_cache):
+                self._tail_cache.clear()
+            if metric not in self.tail_pairs:
+                empty = np.zeros((len(self.traffic.streamed), 1), np.int64)
+                return empty, empty, empty, empty
+            new_at, top_at, gain, loss = self.tail_grown[metric]
+            new_over = np.cumsum(new_at[:, ::-1], axis=1)[:, ::-1]
+            top_over = np.cumsum(top_at[:, ::-1], axis=1)[:, ::-1]
+            old_over = np.zeros_like(top_over)
+            old_over[:, :-1] = top_over[:, 1:]  # top >= k + 1
+            self._tail_cache[key] = (new_over, old_over, np.cumsum(gain, axis=1),
+                                     np.cumsum(loss, axis=1))
+        return self._tail_cache[key]
 
     def order_stat(self, metric: str, role: str,
                    k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -203,7 +270,9 @@ class Batch:
                     {m: (window(p), window(s)) for m, (p, s) in self.pairs.items()},
                     {m: (o[:, n].astype(float), w[:, n].astype(float))
                      for m, (o, w) in self.tail_n.items()},
-                    self.order_stat)
+                    self.order_stat,
+                    {m: v[:, n].astype(float) for m, v in self.pairs_n.items()},
+                    self.tail_counts)
 
 
 @dataclass
@@ -240,7 +309,6 @@ def simulate(cell: Cell, runs: int, seed: int, args: argparse.Namespace,
     batch = Batch.of(traffic, criteria, size)
     pa, fa = criteria.pass_alpha(), criteria.fail_alpha()
     ranks = {a: quantile_rank_table(size, 0.99, a) for a in (pa / 2, fa / 2)}
-    planned = fixed_ranks(size, 0.99, pa / 2)
     fixed_at = set(grid(criteria.min_samples, size)) if cell.kind == "clean" else set()
     decided = np.full(runs, -1)
     promoted = np.zeros(runs, bool)
@@ -274,7 +342,7 @@ def simulate(cell: Cell, runs: int, seed: int, args: argparse.Namespace,
                 name = names[int(held_last)]
                 out.binding[name] = out.binding.get(name, 0) + 1
         if n in fixed_at:
-            share = float(fixed_pass(look, criteria, planned).mean())
+            share = float(fixed_pass(look, criteria).mean())
             out.fixed_share.setdefault(n, []).append(share)
             fixed_done = share >= 0.8
         if (decided >= 0).all() and fixed_done:

@@ -1,89 +1,94 @@
-"""Would a paired p99 check decide sooner than today's two bounds? (docs/GATE.md)
+"""The p99 check on pairs against the same check on two quantile bounds (docs/GATE.md).
 
-Today's p99 check passes when new's upper bound is within the limit L over old's lower
-bound, each a confidence sequence (`sequential.quantile_ranks`) at half the pass alpha.
-The paired design: a confidence sequence [lo, hi] for old's p99 t* at alpha_1, and on
-pairs, for every bucket [a, b) of a 2 % grid that meets [lo, hi], a betting test that
-rejects E[1[new > L a] - 1[old > b]] >= 0 at alpha_2 (alpha_1 + alpha_2 = 0.05). A version
-beyond the limit has P(new > L a) >= 0.01 >= P(old > b) for the bucket holding t*, so a
-wrong pass needs t* outside [lo, hi] or that bucket's test wrong: at most 5 % at every look.
-Bets: 0.9 * 2^(-k/2), k = 0..13, even weights, fixed before any data.
+Both through the product's code: `proxy.gate.latency_checks.latency_checks` over real
+`GateInputs`, the p99 check alone (TTFT p99, limit 1.25, its 5 ms floor, every other
+limit off), looked at every `--every` pairs. "two bounds": the inputs carry each side's
+samples only (new's upper bound within the allowance over old's lower bound, each a
+confidence sequence at half the pass alpha: what a source without pairs gets, such as
+Prometheus). "paired": the same inputs plus every (old, new) pair in joint 1 % buckets
+(`GateInputs.pair_tails`), which the store and in-memory records give.
 
-Both judged at a look every 100 pairs, the p99 check alone (no other check, no floor),
-for an identical version (and one exactly at the limit: how often each passes it).
-Latency models: iid lognormal sigma 0.5 on each side; per-request structure (a request's
-own cost, lognormal sigma 0.45, shared by both sides, times each side's noise, sigma 0.2).
+Latency models (old around 0.2 s): iid lognormal sigma 0.5 on each side; per request, a
+cost shared by both sides (lognormal sigma 0.45) times each side's own noise (sigma 0.2).
+New: identical; 5 % slower on every request (within the limit); scaled by the limit
+(its p99 exactly at it: how often each passes it); 1.6x on the requests in the top 5 % of
+cost (p99 1.6x: how soon each aborts).
 
-    python bench/gate_p99_pairs.py [--runs 40] [--max-pairs 12000]
+    python bench/gate_p99_pairs.py [--runs 40] [--max-pairs 12000] [--every 100]
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
-from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
-from proxy.gate.sequential import quantile_ranks
+from proxy.gate.criteria import GateCriteria
+from proxy.gate.latency_checks import latency_checks
+from proxy.gate.sketch import LogHistogram, PairHistogram
+from proxy.gate.stats import LatencySamples
+from proxy.gate.tally import GateInputs, MatchCounts
 
 LIMIT = 1.25
-ALPHA = 0.05
-GRID = 1.02
-BETS = 0.9 * 2.0 ** (-np.arange(14) / 2)
-EDGES = np.exp(np.arange(math.log(1e-3), math.log(1e3), math.log(GRID)))
-
-Judge = Callable[[NDArray[np.float64], NDArray[np.float64]], bool]
-
-
-def two_bounds(old: NDArray[np.float64], new: NDArray[np.float64]) -> bool:
-    n = len(old)
-    low, high = quantile_ranks(n, 0.99, ALPHA / 2)
-    if low < 1 or high >= n:
-        return False
-    return bool(np.sort(new)[high] <= LIMIT * np.sort(old)[low - 1])
+CRITERIA = GateCriteria(max_ttft_p50_ratio=None, max_tpot_p50_ratio=None,
+                        max_tpot_p99_ratio=None, max_e2e_unstreamed_p50_ratio=None,
+                        max_tpot_unstreamed_p50_ratio=None,
+                        max_tpot_unstreamed_p99_ratio=None)
+CELLS = {"identical": (1.0, 1.0), "5 % slower": (1.05, 1.0), "at the limit": (LIMIT, 1.0),
+         "tail 1.6x": (1.0, 1.6)}
+Array = NDArray[np.float64]
 
 
-def _log_wealth(up: NDArray[np.float64], down: NDArray[np.float64]) -> NDArray[np.float64]:
-    terms = (math.log(1 / len(BETS)) + up[:, None] * np.log1p(-BETS)
-             + down[:, None] * np.log1p(BETS))
-    top = terms.max(axis=1)
-    out: NDArray[np.float64] = top + np.log(np.exp(terms - top[:, None]).sum(axis=1))
-    return out
-
-
-def paired(old: NDArray[np.float64], new: NDArray[np.float64], alpha_1: float = ALPHA / 2
-           ) -> bool:
-    n = len(old)
-    low, high = quantile_ranks(n, 0.99, alpha_1)
-    if low < 1 or high >= n:
-        return False
-    ordered = np.sort(old)
-    k0 = int(np.searchsorted(EDGES, ordered[low - 1], side="right")) - 1
-    k1 = int(np.searchsorted(EDGES, ordered[high], side="right")) - 1
-    a, b = EDGES[k0:k1 + 1, None], EDGES[k0 + 1:k1 + 2, None]
-    up = ((new > LIMIT * a) & (old <= b)).sum(axis=1).astype(float)
-    down = ((old > b) & (new <= LIMIT * a)).sum(axis=1).astype(float)
-    return bool(np.all(_log_wealth(up, down) >= math.log(1 / (ALPHA - alpha_1))))
-
-
-def _sample(rng: np.random.Generator, model: str, scale: float,
-            n: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def _sample(rng: np.random.Generator, model: str, cell: str, n: int) -> tuple[Array, Array]:
+    scale, tail = CELLS[cell]
     if model == "iid":
-        return rng.lognormal(0, 0.5, n), scale * rng.lognormal(0, 0.5, n)
-    cost = rng.lognormal(0, 0.45, n)
-    return cost * rng.lognormal(0, 0.2, n), scale * cost * rng.lognormal(0, 0.2, n)
+        cost = rng.lognormal(0, 0.5, n)
+        old, new = 0.2 * cost, 0.2 * rng.lognormal(0, 0.5, n)
+        top = new > 0.2 * np.exp(0.5 * 1.645)
+    else:
+        cost = rng.lognormal(0, 0.45, n)
+        old = 0.2 * cost * rng.lognormal(0, 0.2, n)
+        new = 0.2 * cost * rng.lognormal(0, 0.2, n)
+        top = cost > np.exp(0.45 * 1.645)
+    return old, np.where(top, new * tail, new) * scale
 
 
-def _first_pass(judge: Judge, old: NDArray[np.float64], new: NDArray[np.float64],
-                every: int) -> int | None:
-    for n in range(every, len(old) + 1, every):
-        if judge(old[:n], new[:n]):
-            return n
-    return None
+def _first_verdict(old: Array, new: Array, every: int, paired: bool) -> tuple[str, int]:
+    """Grows the sketches as the store does and judges at every look."""
+    tails = {"baseline": {"ttft": LogHistogram()}, "shadow": {"ttft": LogHistogram()}}
+    pairs = PairHistogram()
+    for end in range(every, len(old) + 1, every):
+        chunk_old, chunk_new = old[end - every:end].tolist(), new[end - every:end].tolist()
+        tails["baseline"]["ttft"].add(chunk_old)
+        tails["shadow"]["ttft"].add(chunk_new)
+        for x, y in zip(chunk_old, chunk_new):
+            pairs.add(x, y)
+        # the quantiles read the sketches; the latency window only says which roles timed
+        window_old, window_new = tuple(chunk_old), tuple(chunk_new)
+        inputs = GateInputs(
+            new_vs_old=MatchCounts(end, 0), baseline_vs_old=None,
+            latency={"primary": LatencySamples(ttft_s=window_old),
+                     "baseline": LatencySamples(ttft_s=window_old),
+                     "shadow": LatencySamples(ttft_s=window_new)},
+            requests={"primary": end, "shadow": end, "baseline": end}, errors={},
+            tails=tails, pair_tails={"ttft": pairs} if paired else {})
+        facts = latency_checks(inputs, CRITERIA)
+        assert facts is not None
+        status = facts.ratios["max_ttft_p99_ratio"].status
+        if status != "inconclusive":
+            return status, end
+    return "inconclusive", len(old)
+
+
+def _spread(values: list[int]) -> str:
+    if not values:
+        return "-"
+    done = sorted(values)
+    return (f"{statistics.median(done):,.0f} [{done[len(done) // 4]:,}.."
+            f"{done[(3 * len(done)) // 4]:,}]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,22 +97,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-pairs", type=int, default=12000)
     p.add_argument("--every", type=int, default=100)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cells", default=",".join(CELLS),
+                   help=f"comma-separated, of: {', '.join(CELLS)}")
     args = p.parse_args(argv)
+    cells = [c.strip() for c in args.cells.split(",") if c.strip()]
+    unknown = [c for c in cells if c not in CELLS]
+    if unknown:
+        p.error(f"unknown cell(s) {unknown}; choose from {list(CELLS)}")
     print(f"{args.runs} runs a cell, a look every {args.every} pairs to {args.max_pairs}; "
-          f"limit {LIMIT:g}, alpha {ALPHA:g}; the p99 check alone")
-    print("| latency | new | check | passed | median pairs to a pass [quartiles] |")
-    print("|---|---|---|---|---|")
-    judges: dict[str, Judge] = {"two bounds (today)": two_bounds, "paired buckets": paired}
+          f"TTFT p99 limit {LIMIT:g}, confidence {CRITERIA.confidence:g}; the p99 check alone")
+    print("| latency | new | check | passed | failed | median pairs to a pass [quartiles] "
+          "| median pairs to a fail |")
+    print("|---|---|---|---|---|---|---|")
     for model in ("iid", "per-request"):
-        for label, scale in (("identical", 1.0), ("at the limit", LIMIT)):
+        for cell in cells:
             rng = np.random.default_rng(args.seed)
-            samples = [_sample(rng, model, scale, args.max_pairs) for _ in range(args.runs)]
-            for name, judge in judges.items():
-                ends = [_first_pass(judge, old, new, args.every) for old, new in samples]
-                done = sorted(e for e in ends if e is not None)
-                spread = (f"{statistics.median(done):,.0f} [{done[len(done) // 4]:,}.."
-                          f"{done[(3 * len(done)) // 4]:,}]" if done else "-")
-                print(f"| {model} | {label} | {name} | {len(done)}/{args.runs} | {spread} |",
+            samples = [_sample(rng, model, cell, args.max_pairs) for _ in range(args.runs)]
+            for name, paired in (("two bounds", False), ("paired", True)):
+                ends = [_first_verdict(old, new, args.every, paired) for old, new in samples]
+                passes = [n for status, n in ends if status == "pass"]
+                fails = [n for status, n in ends if status == "fail"]
+                print(f"| {model} | {cell} | {name} | {len(passes)}/{args.runs} | "
+                      f"{len(fails)}/{args.runs} | {_spread(passes)} | {_spread(fails)} |",
                       flush=True)
     return 0
 

@@ -87,6 +87,10 @@ def test_store_and_memory_build_the_same_gate_inputs(tmp_path, seed) -> None:
     assert from_store.pairs["output_tokens"].new
     assert from_store.pairs["ttft"].basis == "capture worker"
     assert from_store.new_vs_old.close > 0
+    # the paired p99 checks' pairs are there (equal above), at most one per request timed
+    # on both sides
+    paired = len(from_store.pair_tails["ttft"])
+    assert 0 < paired <= min(len(from_store.tails[role]["ttft"]) for role in ("baseline", "shadow"))
     pairs = from_store.error_pairs
     assert pairs is not None and pairs == from_memory.error_pairs
     assert pairs.new_only > 0 and pairs.old_only > 0

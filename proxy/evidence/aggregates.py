@@ -17,14 +17,16 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from proxy.evidence.window import EvidenceWindow
-from proxy.gate.sketch import LogHistogram
+from proxy.gate.sketch import LogHistogram, PairHistogram
 from proxy.gate.stats import METRICS, LatencySamples
 from proxy.gate.tally import (
     LATENCY_WINDOW,
     ErrorPairs,
     LatencyRow,
     Pairs,
+    PairTails,
     Tails,
+    frozen_pair_tails,
     frozen_tails,
     grow_tails,
     latency_inputs,
@@ -73,6 +75,7 @@ class StoreAggregates:
     admission: AdmissionCounts | None = None  # None: a store from before it was counted
     pairs: dict[str, Pairs] = field(default_factory=dict)
     tails: Tails = field(default_factory=dict)  # every quantile sample in scope, bucketed
+    pair_tails: PairTails = field(default_factory=dict)  # every (baseline, shadow) pair
     error_pairs: ErrorPairs | None = None  # old's and new's errors on the same requests
 
     def gate_inputs(self) -> GateInputs:
@@ -90,6 +93,7 @@ class StoreAggregates:
             admission=self.admission,
             pairs=self.pairs,
             tails=self.tails,
+            pair_tails=self.pair_tails,
             error_pairs=self.error_pairs,
         )
 
@@ -212,6 +216,7 @@ class TailState:
 
     last_id: int = 0
     tails: dict[str, dict[str, LogHistogram]] = field(default_factory=dict)
+    pair_tails: dict[str, PairHistogram] = field(default_factory=dict)
     beyond: set[int] = field(default_factory=set)
 
 
@@ -235,7 +240,7 @@ def _grow(db: sqlite3.Connection, scope: str, state: TailState,
         " c.output_tokens FROM capture c JOIN w ON w.id = c.exchange_id"
         f" WHERE c.exchange_id > :after AND {_COUNTED} AND {_COMPLETE}",
         {"after": state.last_id}).fetchall() if int(row[0]) not in state.beyond]
-    grow_tails(state.tails, (LatencyRow(int(exchange), role, kind, ttft, e2e, tokens)
+    grow_tails(state.tails, state.pair_tails, (LatencyRow(int(exchange), role, kind, ttft, e2e, tokens)
                              for exchange, role, kind, ttft, e2e, tokens in rows))
     read = state.beyond | {int(row[0]) for row in rows}
     # Every record up to the first one written but started at or after the cutoff has
@@ -286,6 +291,7 @@ def query_aggregates(db: sqlite3.Connection, window: EvidenceWindow | None = Non
     n, new_only, old_only = db.execute(f"{scope} {_ERROR_PAIRS}", params).fetchone()
     return replace(aggregate_rows(int(records), comparisons, first_divergences, captures,
                                   latency), tails=frozen_tails(state.tails),
+                   pair_tails=frozen_pair_tails(state.pair_tails),
                    error_pairs=ErrorPairs(int(n), int(new_only), int(old_only)))
 
 

@@ -9,7 +9,23 @@ absolute floor (a few milliseconds more is never a regression), whichever is lar
   1/2: the median request is within the limit (pass); above: beyond it (fail). The
   prompt and answer lengths, most of the spread, cancel out of each pair, so the check
   decides in tens to hundreds of requests instead of thousands.
-- Quantile ratios (p99, and p50 where the source has no pairs, such as Prometheus):
+- Paired p99 (old = the baseline, every (old, new) pair since evidence began in joint 1 %
+  buckets, `GateInputs.pair_tails`): the hypothesis to reject is "new's p99 q is at or
+  beyond the allowance over old's p99". Under it every threshold t in [allowance(old's
+  p99), q] has P(new >= t) >= 1 % >= P(allowance(old) > t). At each 1 % bucket [g_k,
+  g_k+1) three betting tests bet against that (`sequential.tail_log_evidence`): new over
+  g_k less often than 1 %, old's allowance over g_k+1 more often than 1 %, and, request
+  by request, the second more often than the first; their mean is an e-process wherever
+  the hypothesis holds at that bucket. The check passes when the evidence reaches
+  1/alpha at every bucket: thresholds far above new's p99 are explained by new's rate,
+  far below by old's, those near it mostly by the pairs, whose shared noise (the same
+  prompt and answer on both sides) cancels out. A version at or beyond its limit passes
+  only if the bucket holding its p99 reached 1/alpha wrongly: probability <= alpha at
+  every look, with no split of alpha. Old's times are read at the lower edge of their
+  bucket, new's exceedances at the bucket's bottom (never in their favour): bucketing
+  costs at most 1 % of the limit.
+- Quantile ratios (p99 without pairs, and p50 where the source has no pairs, such as
+  Prometheus):
   new's and old's quantile each bounded by confidence sequences
   (`sequential.quantile_bounds`); pass when new's upper bound is within the allowance over
   old's lower bound, fail when new's lower bound is beyond the allowance over old's upper
@@ -30,10 +46,20 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
+import numpy as np
+from numpy.typing import NDArray
+
 from proxy.gate.checks import MOST_SCALE, Check, Need, Status, more_samples, needs_text
 from proxy.gate.criteria import GateCriteria, RatioLimit
-from proxy.gate.sequential import mean_bounds, quantile_ranks
-from proxy.gate.sketch import Ranked, SortedSample
+from proxy.gate.sequential import mean_bounds, quantile_ranks, tail_log_evidence
+from proxy.gate.sketch import (
+    PairHistogram,
+    Ranked,
+    SortedSample,
+    last_edge_below,
+    pair_edge,
+    pair_edges,
+)
 from proxy.gate.stats import LatencySamples, LatencySummary
 from proxy.gate.tally import GateInputs, Pairs
 
@@ -100,10 +126,13 @@ def latency_checks(inputs: GateInputs, c: GateCriteria) -> LatencyFacts | None:
         # Paired wherever a baseline times this metric and the source records pairs: chosen
         # by which routes exist, not by the values seen, so one test judges each check at
         # every look.
-        if entry.quantile == 0.5 and inputs.paired \
-                and reference_role(inputs, entry.metric) == "baseline":
+        by_baseline = inputs.paired and reference_role(inputs, entry.metric) == "baseline"
+        if entry.quantile == 0.5 and by_baseline:
             pairs = inputs.pairs.get(entry.metric, Pairs())
             check = _paired_check(entry, limit, pairs, c)
+        elif by_baseline and inputs.pair_tails:  # a source that keeps every pair
+            check = _paired_tail_check(entry, limit, inputs.pair_tails.get(
+                entry.metric, PairHistogram()), old, fresh, c)
         else:
             check = _ratio_check(entry, limit, old, fresh, c)
         ratios[entry.field] = check
@@ -230,6 +259,118 @@ def _paired_check(entry: RatioLimit, limit: float, pairs: Pairs, c: GateCriteria
     return Check(entry.field, "inconclusive",
                  f"{text}: upper bound {high - 0.5:.3f} over 1/2; {needs_text(more)}", facts,
                  Need(more, high - 0.5))  # n: the newest LATENCY_WINDOW, capped
+
+
+def allowance(limit: float, floor: float, old: NDArray[np.float64]) -> NDArray[np.float64]:
+    """What new may take where old took `old`: max(limit x old, old + floor)."""
+    out: NDArray[np.float64] = np.maximum(limit * old, old + floor)
+    return out
+
+
+@dataclass(frozen=True)
+class TailCounts:
+    """Per 1 % bucket k from `start` (one bucket past the pairs' span on each side: every
+    bucket beyond counts as that one): of `n` pairs, those where new reaches the bucket's
+    bottom (`new_over`), where old's allowance clears its top (`old_over`), the first but
+    not the second (`loss`) and the second but not the first (`gain`)."""
+
+    n: int
+    start: int
+    new_over: NDArray[np.float64]
+    old_over: NDArray[np.float64]
+    gain: NDArray[np.float64]
+    loss: NDArray[np.float64]
+
+    @classmethod
+    def of(cls, pairs: PairHistogram, limit: float, floor: float) -> TailCounts:
+        if not pairs.counts:
+            empty = np.zeros(1)
+            return cls(0, 0, empty, empty, empty, empty)
+        cells = np.array(list(pairs.counts), dtype=np.int64)
+        weight = np.array(list(pairs.counts.values()), dtype=float)
+        old_b, new_b = cells[:, 0], cells[:, 1]
+        # old read at its bucket's lower edge: never counted above what it was; old's
+        # allowance clears the top of bucket k exactly when k <= top - 1
+        top = last_edge_below(allowance(limit, floor, pair_edges(old_b)))
+        start = int(min(new_b.min(), top.min() - 1)) - 1
+        size = int(max(new_b.max(), top.max())) + 2 - start
+        new_at = np.bincount(new_b - start, weight, size).astype(float)
+        top_at = np.bincount(top - start, weight, size).astype(float)
+        new_over = np.cumsum(new_at[::-1])[::-1]  # new_b >= k
+        old_over = np.r_[np.cumsum(top_at[::-1])[::-1][1:], 0.0]  # top >= k + 1
+        gain, loss = np.zeros(size + 1), np.zeros(size + 1)
+        # gain on k in [new_b + 1, top - 1], loss on k in [top, new_b]: difference arrays
+        has_gain, has_loss = new_b + 1 <= top - 1, top <= new_b
+        np.add.at(gain, new_b[has_gain] + 1 - start, weight[has_gain])
+        np.add.at(gain, top[has_gain] - start, -weight[has_gain])
+        np.add.at(loss, top[has_loss] - start, weight[has_loss])
+        np.add.at(loss, new_b[has_loss] + 1 - start, -weight[has_loss])
+        return cls(len(pairs), start, new_over, old_over, np.cumsum(gain)[:size],
+                   np.cumsum(loss)[:size])
+
+    def log_evidence(self, tail: float, scale: float = 1.0) -> NDArray[np.float64]:
+        """`sequential.tail_log_evidence` at every bucket, counts scaled by `scale`."""
+        return tail_log_evidence(self.n * scale, self.new_over * scale,
+                                 self.old_over * scale, self.gain * scale,
+                                 self.loss * scale, tail)
+
+
+def _paired_tail_check(entry: RatioLimit, limit: float, pairs: PairHistogram, old: Ranked,
+                       new: Ranked, c: GateCriteria) -> Check:
+    """The p99 within the limit, on pairs: see the module's docstring."""
+    label, n = entry.label, len(pairs)
+    basis = "paired"
+    if min(n, len(old), len(new)) < c.min_latency_samples:
+        return Check(entry.field, "inconclusive",
+                     f"{label}: {n} paired requests, need {c.min_latency_samples}",
+                     {"pairs": n, "old_n": len(old), "new_n": len(new), "basis": basis})
+    floor = c.token_latency_floor_s if entry.per_token else c.latency_floor_s
+    level = math.log(1 / c.pass_alpha())
+    tail = 1 - entry.quantile
+    counts = TailCounts.of(pairs, limit, floor)
+    fail_side = c.fail_alpha() / 2
+
+    def judge(scale: float) -> tuple[Status, int, float]:
+        old_n, new_n = math.ceil(len(old) * scale), math.ceil(len(new) * scale)
+        n_low = _bounds(new, entry.quantile, fail_side, new_n)[0]
+        o_high = _bounds(old, entry.quantile, fail_side, old_n)[1]
+        if n_low is not None and o_high is not None \
+                and n_low > max(limit * o_high, o_high + floor):
+            return "fail", 0, math.nan
+        evidence = counts.log_evidence(tail, scale)
+        weakest = int(np.argmin(evidence))
+        status: Status = "pass" if evidence[weakest] >= level else "inconclusive"
+        return status, weakest, float(evidence[weakest])
+
+    status, weakest, evidence = judge(1.0)
+    point = _ratio(_point(new, entry.quantile), _point(old, entry.quantile))
+    threshold = pair_edge(counts.start + weakest)
+    facts: dict[str, object] = {"limit": limit, "floor_s": floor, "ratio": point,
+                                "pairs": n, "old_n": len(old), "new_n": len(new),
+                                "basis": basis, "needed": level}
+    head = (f"{label} new/old {_fmt(point)} (paired, {n} requests; limit {limit:g} or "
+            f"+{floor * 1000:g} ms)")
+    if status == "fail":
+        return Check(entry.field, "fail", f"{head}: new slower, its p99's lower bound beyond",
+                     facts)
+    facts["weakest"] = {"threshold_s": threshold,
+                        "new_over": float(counts.new_over[weakest]),
+                        "old_over": float(counts.old_over[weakest]),
+                        "log_evidence": evidence}
+    where = (f"weakest threshold {threshold:.4g} s: new at or over it on "
+             f"{counts.new_over[weakest]:.0f}, old's allowance over it on "
+             f"{counts.old_over[weakest]:.0f}; evidence {evidence:.1f} of {level:.1f}")
+    if status == "pass":
+        return Check(entry.field, "pass", f"{head}: every threshold explained, {where}", facts)
+    more = more_samples(n, lambda k: judge(k)[0] == "pass",
+                        most=max(1.0, min(MOST_SCALE, MOST_PROJECTED / max(len(old), len(new)))))
+    if more is None:
+        # With few events beyond new's p99 yet the pairs there project nothing; the two
+        # bounds' projection (a weaker test of the same limit) is then the estimate.
+        unpaired = _ratio_check(entry, limit, old, new, c).need
+        more = None if unpaired is None else unpaired.more_samples
+    return Check(entry.field, "inconclusive", f"{head}: {where}; {needs_text(more)}", facts,
+                 Need(more, level - evidence, of=n))
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:

@@ -24,7 +24,10 @@ and by Ville's inequality P(exists t: M_t(p) >= 1/alpha) <= alpha. Hence
   delta)), lam in [0, 1/(1 + delta)]); a mixture over lam with weights fixed in advance
   is again a test supermartingale, so by Ville "reject when it reaches 1/alpha" errs with
   probability <= alpha over every look. The product is order-free: it depends only on
-  the counts of pairs, new-only and old-only errors.
+  the counts of pairs, new-only and old-only errors;
+- `tail_log_evidence`: the mean of three such betting tests at one threshold (the paired
+  p99 check of `proxy.gate.latency_checks`): new's rate over it, old's rate over it and
+  the paired difference, each order-free (counts only).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from numpy.typing import NDArray
 
 __all__ = ["PairedTest", "Side", "mean_bounds", "mean_bounds_array", "paired_excess_bound",
            "paired_excess_test", "paired_log_wealth", "paired_log_wealth_array",
-           "quantile_bounds", "quantile_prior", "quantile_rank_table", "quantile_ranks"]
+           "quantile_bounds", "quantile_prior", "quantile_rank_table", "quantile_ranks",
+           "tail_log_evidence", "tail_log_parts"]
 
 _JEFFREYS = (0.5, 0.5)
 _BISECT_STEPS = 60
@@ -309,3 +313,64 @@ def paired_excess_bound(n: float, new_only: float, old_only: float, alpha: float
         if not rejects(inside):
             return -1.0
     return _bisect(rejects, outside, inside, _BISECT_STEPS // 2)
+
+
+
+# The tail evidence's bets (`tail_log_evidence`), even weights within each, fixed before
+# any data. Paired: where a version is within its p99 limit the share of informative
+# pairs that count for it is typically 0.7-0.95, whose best bets are 0.4-0.9; the small
+# ones keep a version near its limit decidable. Rate below the tail share (new's side): as
+# fractions of the largest safe bet 1 / (1 - tail); rate above it (old's side): as
+# fractions of 1 / tail. (Simulated, `bench/gate_p99_pairs.py`.)
+TAIL_BETS = np.array([0.1, 0.2, 0.35, 0.5, 0.7, 0.85])
+_BELOW_BETS = np.array([0.2, 0.4, 0.6, 0.8, 0.95])
+_ABOVE_BETS = np.array([0.0025, 0.005, 0.01, 0.02, 0.04, 0.08])
+
+
+def _log_mean(terms: NDArray[np.float64]) -> NDArray[np.float64]:
+    top = np.max(terms, axis=-1)
+    out: NDArray[np.float64] = top + np.log(np.mean(np.exp(terms - top[..., None]), axis=-1))
+    return out
+
+
+def tail_log_parts(n: NDArray[np.float64] | float, new_over: NDArray[np.float64] | float,
+                   old_over: NDArray[np.float64] | float, gain: NDArray[np.float64] | float,
+                   loss: NDArray[np.float64] | float, tail: float = 0.01,
+                   ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """The log wealth of each of `tail_log_evidence`'s three tests: (paired, new's rate,
+    old's rate)."""
+    if not 0 < tail < 1:
+        raise ValueError(f"tail must be within (0, 1), got {tail!r}")
+
+    def col(v: NDArray[np.float64] | float) -> NDArray[np.float64]:
+        return np.asarray(v, dtype=float)[..., None]
+
+    total, x, y, up, down = col(n), col(new_over), col(old_over), col(gain), col(loss)
+    below = _BELOW_BETS / (1 - tail)
+    above = _ABOVE_BETS / tail
+    with np.errstate(divide="ignore"):
+        paired = _log_mean(_times_log(up, np.log1p(TAIL_BETS))
+                           + _times_log(down, np.log1p(-TAIL_BETS)))
+        new_rate = _log_mean(_times_log(total - x, np.log1p(below * tail))
+                             + _times_log(x, np.log1p(-below * (1 - tail))))
+        old_rate = _log_mean(_times_log(total - y, np.log1p(-above * tail))
+                             + _times_log(y, np.log1p(above * (1 - tail))))
+    return paired, new_rate, old_rate
+
+
+def tail_log_evidence(n: NDArray[np.float64] | float, new_over: NDArray[np.float64] | float,
+                      old_over: NDArray[np.float64] | float, gain: NDArray[np.float64] | float,
+                      loss: NDArray[np.float64] | float, tail: float = 0.01,
+                      ) -> NDArray[np.float64]:
+    """log of the mean of three betting e-processes on n requests at one threshold,
+    elementwise; each is a test supermartingale where, for every request,
+    P(new over) >= `tail` >= P(old over) (the paired p99 check's null at the right
+    threshold), so their mean reaches 1/alpha with probability <= alpha over every look
+    (Ville):
+    - new's rate: prod (1 + lam (tail - x_i)), x_i = new over (`new_over` of n);
+    - old's rate: prod (1 + lam (y_i - tail)), y_i = old over (`old_over` of n);
+    - paired: prod (1 + lam (y_i - x_i)) over the requests where they differ (`gain`: old
+      over and new not, `loss`: the reverse).
+    Counts may be fractional (projections scale them)."""
+    return _log_mean(np.stack(tail_log_parts(n, new_over, old_over, gain, loss, tail),
+                              axis=-1))

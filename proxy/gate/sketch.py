@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Protocol
 
+import numpy as np
+from numpy.typing import NDArray
+
 WIDTH = 0.001  # relative width of a bucket: bounds widened by at most 0.1 %
 FLOOR_S = 1e-6  # values at or below one microsecond share bucket 0, from 0
 _LOG_STEP = math.log1p(WIDTH)
@@ -122,3 +125,64 @@ class LogHistogram:
         n = state["_n"]
         assert isinstance(counts, dict) and isinstance(n, int)
         self.counts, self._n, self._keys, self._cumulative = counts, n, None, None
+
+
+# Pairs: every (old, new) pair since evidence began, in joint buckets 1 % wide (coarser than
+# the marginal tails: the joint cells grow with both spreads). The paired p99 check reads
+# them (`proxy.gate.latency_checks`).
+PAIR_WIDTH = 0.01
+_PAIR_STEP = math.log1p(PAIR_WIDTH)
+
+
+def pair_bucket_of(value: float) -> int:
+    """The 1 % bucket holding `value`: 0 up to FLOOR_S, then [pair_edge(i), pair_edge(i+1))."""
+    if not value > FLOOR_S:
+        return 0
+    return 1 + int(math.log(value / FLOOR_S) / _PAIR_STEP)
+
+
+def pair_edge(bucket: int) -> float:
+    """The lower edge of 1 % bucket `bucket` (the upper edge of the one below)."""
+    return 0.0 if bucket <= 0 else FLOOR_S * math.exp((bucket - 1) * _PAIR_STEP)
+
+
+def pair_edges(buckets: NDArray[np.int64]) -> NDArray[np.float64]:
+    """`pair_edge` of each bucket."""
+    out: NDArray[np.float64] = np.where(
+        buckets <= 0, 0.0, FLOOR_S * np.exp((np.maximum(buckets, 1) - 1) * _PAIR_STEP))
+    return out
+
+
+def last_edge_below(y: NDArray[np.float64]) -> NDArray[np.int64]:
+    """For each y, the largest bucket j whose lower edge is below y, so that
+    y > pair_edge(k + 1) exactly when k <= j - 1 (checked against the edges themselves)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        guess = np.where(y > FLOOR_S, np.floor(np.log(y / FLOOR_S) / _PAIR_STEP) + 1, 0)
+    j = guess.astype(np.int64)
+    j = np.where(pair_edges(j) < y, j, j - 1)
+    j = np.where(pair_edges(j + 1) < y, j + 1, j)
+    out: NDArray[np.int64] = np.maximum(j, 0)
+    return out
+
+
+@dataclass
+class PairHistogram:
+    """Counts of (old, new) pairs per joint 1 % bucket: memory bounded by the cells the
+    pairs fall in, whatever the traffic. Grows by `add`; `frozen()` is a copy."""
+
+    counts: dict[tuple[int, int], int] = field(default_factory=dict)
+    _n: int = 0
+
+    def add(self, old: float, new: float) -> None:
+        cell = (pair_bucket_of(old), pair_bucket_of(new))
+        self.counts[cell] = self.counts.get(cell, 0) + 1
+        self._n += 1
+
+    def frozen(self) -> PairHistogram:
+        return PairHistogram(dict(self.counts), self._n)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PairHistogram) and self.counts == other.counts

@@ -21,7 +21,7 @@ ELIGIBLE = "eligible"
 from proxy.capture.request import STATEFUL_KEYS, UNREADABLE
 from proxy.capture.types import Capture, Role
 from proxy.compare.types import Comparison, ExchangeRecord
-from proxy.gate.sketch import LogHistogram
+from proxy.gate.sketch import LogHistogram, PairHistogram
 from proxy.gate.stats import LatencySamples
 
 
@@ -179,6 +179,7 @@ LATENCY_WINDOW = 5000
 # The metrics judged by quantile ratios, and so kept whole in `GateInputs.tails`.
 TAIL_METRICS = PAIRED_METRICS
 Tails = Mapping[str, Mapping[str, LogHistogram]]  # role -> metric -> every sample since start
+PairTails = Mapping[str, PairHistogram]  # metric -> every (baseline, shadow) pair since start
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,9 @@ class GateInputs:
     # Every sample of TAIL_METRICS since evidence began (records and the store keep them;
     # empty: the quantile checks read `latency`).
     tails: Tails = field(default_factory=dict)
+    # Every (baseline, shadow) pair of TAIL_METRICS since evidence began: the paired p99
+    # checks read them (empty: the p99 checks judge the two quantiles apart).
+    pair_tails: PairTails = field(default_factory=dict)
     # Old's and new's errors on the same requests (None: the source cannot pair them, as
     # Prometheus cannot; the error check is then judged unpaired).
     error_pairs: ErrorPairs | None = None
@@ -227,7 +231,8 @@ class GateInputs:
         newest = len(records) - latency_window
         latency, pairs = latency_inputs(row for row in rows if row.exchange >= newest)
         tails: dict[str, dict[str, LogHistogram]] = {}
-        grow_tails(tails, rows)
+        pair_tails: dict[str, PairHistogram] = {}
+        grow_tails(tails, pair_tails, rows)
         return cls(
             new_vs_old=MatchCounts.of(comparisons, "shadow"),
             baseline_vs_old=MatchCounts.of(comparisons, "baseline") if has_baseline else None,
@@ -236,6 +241,7 @@ class GateInputs:
             errors=errors,
             pairs=pairs,
             tails=tails,
+            pair_tails=pair_tails,
             error_pairs=ErrorPairs.of(records),
         )
 
@@ -329,22 +335,39 @@ def _row_values(row: LatencyRow) -> dict[str, float]:
     return values
 
 
-def grow_tails(tails: dict[str, dict[str, LogHistogram]], rows: Iterable[LatencyRow]) -> None:
+def grow_tails(tails: dict[str, dict[str, LogHistogram]], pair_tails: dict[str, PairHistogram],
+               rows: Iterable[LatencyRow]) -> None:
     """Add `rows`' samples of TAIL_METRICS to `tails` (role -> metric -> sketch), each in its
-    latency kind as `latency_inputs` folds them."""
+    latency kind as `latency_inputs` folds them, and each request's (baseline, shadow) pair
+    of them to `pair_tails` (metric -> joint sketch): old and new timed by the capture
+    worker on the same request, as `Pairs` are. A request's rows come in one call."""
+    by_exchange: dict[int, dict[str, dict[str, float]]] = {}
     for row in rows:
         values = _row_values(row)
+        by_exchange.setdefault(row.exchange, {})[row.role] = values
         of_role = tails.setdefault(row.role, {})
         for metric in TAIL_METRICS:
             value = values.get(metric)
             if value is not None:
                 of_role.setdefault(metric, LogHistogram()).add((value,))
+    for by_role in by_exchange.values():
+        old, new = by_role.get("baseline"), by_role.get("shadow")
+        if old is None or new is None:
+            continue
+        for metric in TAIL_METRICS:
+            if metric in old and metric in new:
+                pair_tails.setdefault(metric, PairHistogram()).add(old[metric], new[metric])
 
 
 def frozen_tails(tails: Tails) -> dict[str, dict[str, LogHistogram]]:
     """A copy of `tails` that later growth does not change (what one verdict judges)."""
     return {role: {metric: sketch.frozen() for metric, sketch in of_role.items()}
             for role, of_role in tails.items()}
+
+
+def frozen_pair_tails(pair_tails: PairTails) -> dict[str, PairHistogram]:
+    """A copy of `pair_tails` that later growth does not change."""
+    return {metric: sketch.frozen() for metric, sketch in pair_tails.items()}
 
 
 def _samples(of_role: dict[str, list[float]]) -> LatencySamples:
