@@ -8,18 +8,33 @@ with a named `tool_choice` get their call through vLLM's guided decoding: `conte
 tool call's arguments can tell the engines apart. The reference counts are taken by this
 test from the servers directly (unstreamed, JSON values compared), independently of the
 proxy's code.
+
+Greedy bf16 answers of the CPU engine can depend on the batch a request is computed in
+(one tool call of the 100 came out differently from old B with 32 requests in flight, and
+as old A's again asked alone), so the identical replica's mirrored run has each server
+compute one request at a time. Client concurrency 1 alone does not do that: the proxy
+answers the client at the primary's pace without waiting for the shadow, whose requests
+pile up (old B ran 32 to 54 at once while old A ran one); the run is paced on old B's own
+count of finished requests instead (`mirrored_report(paced=True)`).
 """
 
 from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.proxy_fixtures import RunningProxy, http_request, start_proxy, wait_for
+from tests.e2e.proxy_fixtures import (
+    RunningProxy,
+    http_request,
+    start_proxy,
+    vllm_counter,
+    wait_for,
+)
 from tests.e2e.servers import post_json
 from tests.e2e.vllm_servers import Trio, VllmServerFactory, VllmSpec
 
@@ -88,8 +103,12 @@ def _visible(path: str, answer: dict[str, Any]) -> Any:
 # Requests in flight at once: a CPU engine batches them, so the test takes a third of
 # the time it took one at a time. Greedy answers can depend on the batch (bf16 kernels
 # block by batch size): the identical replica's mirrored run, which asserts zero
-# differences, sends one request at a time (one of 100 diverged at 4, beside other work).
+# differences, is paced to one request at a time on each server (unpaced, old B had dozens
+# in flight and one of 100 answers diverged). Its direct check stays at 4 (300 answers of
+# old B at 4 in flight matched old A's alone).
 CONCURRENCY = 4
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
+FINISHED = "vllm:request_success_total"
 
 
 def differing(old: str, new: str, requests: list[tuple[str, dict[str, Any]]]) -> dict[str, int]:
@@ -112,17 +131,69 @@ def differing(old: str, new: str, requests: list[tuple[str, dict[str, Any]]]) ->
 
 def mirrored_report(tmp_path: Path, old: str, new: str,
                     requests: list[tuple[str, dict[str, Any]]],
-                    concurrency: int = CONCURRENCY) -> tuple[dict[str, Any], int]:
-    with start_proxy(tmp_path, old, new) as proxy:
+                    concurrency: int = CONCURRENCY, paced: bool = False,
+                    ) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
+    """The report, the gate's HTTP status and the records of the shadow's divergences.
+
+    `paced`: each request is sent once the shadow server (`new`, a vLLM server) has
+    finished the one before, by its own request counter, so each server computes one
+    request at a time (the client's answer only says the primary has)."""
+    with start_proxy(tmp_path, old, new, extra_args=["--store-text"]) as proxy:
         def send(request: tuple[str, dict[str, Any]]) -> None:
             path, body = request
             answer = http_request("POST", proxy.url + path, body)
             assert answer.status == 200, answer
 
-        with ThreadPoolExecutor(concurrency) as pool:
-            list(pool.map(send, requests))
+        if paced:
+            finished = vllm_counter(new, FINISHED)
+            for sent, request in enumerate(requests, 1):
+                send(request)
+                wait_for(partial(_finished, new, finished + sent), 120,
+                         f"the shadow's answer to request {sent}", every_s=0.05)
+        else:
+            with ThreadPoolExecutor(concurrency) as pool:
+                list(pool.map(send, requests))
         wait_for(lambda: _settled(proxy, len(requests)), 120, "every request compared")
-        return proxy.report_json(), proxy.admin("/admin/gate").status
+        records = proxy.admin(f"/admin/records?limit={len(requests) + 10}", auth=True)
+        assert records.status == 200, records
+        diverged = [r for r in records.json()["records"]
+                    if any(c["against"] == "shadow" and c["outcome"] == "diverged"
+                           for c in r["comparisons"])]
+        return proxy.report_json(), proxy.admin("/admin/gate").status, diverged
+
+
+def _finished(url: str, count: float) -> bool | None:
+    """True once the vLLM server at `url` has finished `count` requests in all."""
+    return vllm_counter(url, FINISHED) >= count or None
+
+
+def divergences(diverged: list[dict[str, Any]], old: str, new: str,
+                shown: int = 3) -> list[dict[str, Any]]:
+    """What the proxy recorded of its first divergences (field, position, its reason, the
+    prompt), and whether both servers, asked again directly one at a time, differ on that
+    prompt (`servers_differ_now`: the test's reading of their answers, not the proxy's); for
+    chat, whether old B's token ids now are those its shadow answer had then."""
+    out = []
+    for record in diverged[:shown]:
+        comparison = next(c for c in record["comparisons"] if c["against"] == "shadow")
+        endpoint = record["meta"]["endpoint"]
+        body = json.loads(record["request_json"]) if record.get("request_json") else None
+        found: dict[str, Any] = {
+            "endpoint": endpoint, "stream": record["meta"]["stream"],
+            **{k: comparison[k] for k in ("field", "choice", "first_divergence", "basis",
+                                          "reason")},
+            "prompt": {k: body[k] for k in ("messages", "input") if k in body} if body else None}
+        if body is not None and endpoint in PATHS:
+            path, plain = PATHS[endpoint], {**body, "stream": False}
+            found["servers_differ_now"] = (_visible(path, post_json(old + path, plain))
+                                           != _visible(path, post_json(new + path, plain)))
+            then = next((c["token_ids"] for c in record["captures"]
+                         if c["role"] == "shadow"), None)
+            if endpoint == "chat" and then is not None:
+                now = post_json(new + path, {**plain, "return_token_ids": True})
+                found["shadow_ids_as_now"] = list(then) == now["choices"][0]["token_ids"]
+        out.append(found)
+    return out
 
 
 def _settled(proxy: RunningProxy, sent: int) -> dict[str, Any] | None:
@@ -135,13 +206,16 @@ def test_a_differing_engine_is_caught_on_tool_calls_and_responses(
     requests = traffic(12)
     expected = differing(trio.old_a.url, trio.different.url, requests)
     assert expected["/v1/chat/completions"] >= 3, expected  # the engines do differ
-    report, gate_status = mirrored_report(tmp_path, trio.old_a.url, trio.different.url,
-                                          requests)
+    report, gate_status, diverged = mirrored_report(tmp_path, trio.old_a.url,
+                                                    trio.different.url, requests)
     assert report["compared"] == len(requests)
     assert report["shadow"]["compared_endpoints"] == {"chat": 12, "responses": 12}
     # Chat: content is "" on both sides, so each difference is the tool call's.
-    assert report["diverged_fields"].get("tool_calls", 0) == expected["/v1/chat/completions"]
-    assert report["diverged"] == sum(expected.values())
+    assert report["diverged_fields"].get("tool_calls", 0) == \
+        expected["/v1/chat/completions"], (expected, report["diverged_fields"])
+    assert report["diverged"] == sum(expected.values()), \
+        (expected, report["diverged_fields"], [(r["meta"]["endpoint"], r["meta"]["stream"])
+                                               for r in diverged])
     assert gate_status != 200 and report["verdict"] != "pass"
 
 
@@ -155,9 +229,13 @@ def test_an_identical_replica_matches_on_every_field(tool_trio: Trio, tmp_path: 
     requests = traffic(50)
     assert differing(trio.old_a.url, trio.old_b.url, requests) == {
         "/v1/chat/completions": 0, "/v1/responses": 0}
-    report, _ = mirrored_report(tmp_path, trio.old_a.url, trio.old_b.url, requests,
-                                concurrency=1)
-    assert report["compared"] == len(requests) and report["diverged"] == 0, report["reasons"]
+    report, _, diverged = mirrored_report(tmp_path, trio.old_a.url, trio.old_b.url,
+                                          requests, paced=True)
+    assert report["compared"] == len(requests), \
+        (report["compared"], report["roles"], report["admission"])
+    assert report["diverged"] == 0, {
+        "diverged_fields": report["diverged_fields"],
+        "first": divergences(diverged, trio.old_a.url, trio.old_b.url)}
     assert report["diverged_fields"] == {}
     assert any(r.startswith("pass: new-vs-old match rate") for r in report["reasons"]), \
         report["reasons"]
