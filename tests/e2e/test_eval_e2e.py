@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from proxy.cli import main
 from tests.e2e.conftest import trio_specs
 from tests.e2e.eval_servers import CUT_SHORT_TOKENS, cut_short_spec, fp32_spec
+from tests.e2e.proxy_fixtures import http_request, start_proxy, wait_for
 from tests.e2e.servers import free_port
 from tests.e2e.vllm_servers import VllmServer, VllmServerFactory
 
@@ -269,3 +271,46 @@ def test_memory_sees_the_smaller_kv_cache_of_float32(engines: dict[str, VllmServ
     code, result = run_json(["eval", "memory", "--url", engines["old_a"].url, "--url",
                              engines["old_b"].url, "--json"], capsys)
     assert (code, result["verdict"]) == (0, "pass")
+
+
+def test_a_float32_shadow_is_caught_on_answers_with_paired_latency(
+        engines: dict[str, VllmServer], tmp_path: Path) -> None:
+    """Behind the proxy: old A (bfloat16) serves, the float32 engine shadows, old B is the
+    baseline. One request at a time, each sent once the one before is compared on both
+    sides (a shadow's requests piling up would batch differently, and greedy bfloat16
+    answers depend on the batch). Each request's old and new times are read by the capture
+    worker, so every latency check is judged on pairs; their ratios are not asserted:
+    three CPU engines on two cores slow each other's OpenMP threads, so here the ratio
+    says which engine the scheduler favoured, not which computes faster."""
+    requests = []
+    for i in range(24):
+        text = " ".join(WORDS[(i * 5) % 20:(i * 5) % 20 + 5 + i % 4])
+        body: dict[str, Any] = {"model": "tiny", "temperature": 0, "max_tokens": 16,
+                                "stream": i % 3 != 2}
+        if i % 2:
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+        requests.append(("/v1/chat/completions" if i % 2 else "/v1/completions", body))
+    with start_proxy(tmp_path, engines["old_a"].url, engines["fp32"].url,
+                     baseline=engines["old_b"].url) as proxy:
+        for sent, (path, body) in enumerate(requests, 1):
+            answer = http_request("POST", proxy.url + path, body)
+            assert answer.status == 200, answer
+            wait_for(partial(proxy.settled, sent, ("shadow", "baseline")), 120,
+                     f"request {sent} compared on both sides", every_s=0.05)
+        report = proxy.report_json()
+        verdict = proxy.admin("/admin/gate").json()
+    assert report["compared"] == len(requests)
+    assert report["diverged"] > 0, report["diverged_fields"]  # float32 computes otherwise
+    assert report["baseline"]["diverged"] == 0, report["baseline"]
+    assert verdict["verdict"] != "pass", verdict["reasons"]
+    ratios = verdict["details"]["latency"]["ratios"]
+    streamed = sum(1 for _, body in requests if body["stream"])
+    # every streamed request gives a TTFT pair; a TPOT pair needs two tokens on both sides
+    assert ratios["max_ttft_p50_ratio"]["basis"] == "capture worker", ratios
+    assert ratios["max_ttft_p50_ratio"]["pairs"] == streamed, ratios
+    assert ratios["max_ttft_p99_ratio"]["basis"] == "paired", ratios
+    assert ratios["max_ttft_p99_ratio"]["pairs"] == streamed, ratios
+    assert ratios["max_tpot_p99_ratio"]["basis"] == "paired", ratios
+    assert 0 < ratios["max_tpot_p99_ratio"]["pairs"] <= streamed, ratios
