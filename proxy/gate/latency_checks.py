@@ -23,7 +23,8 @@ absolute floor (a few milliseconds more is never a regression), whichever is lar
   only if the bucket holding its p99 reached 1/alpha wrongly: probability <= alpha at
   every look, with no split of alpha. Old's times are read at the lower edge of their
   bucket, new's exceedances at the bucket's bottom (never in their favour): bucketing
-  costs at most 1 % of the limit.
+  costs at most 2 % of the limit (old one bucket low, new's threshold one bucket below
+  old's).
 - Quantile ratios (p99 without pairs, and p50 where the source has no pairs, such as
   Prometheus):
   new's and old's quantile each bounded by confidence sequences
@@ -305,7 +306,8 @@ class TailCounts:
         np.add.at(gain, top[has_gain] - start, -weight[has_gain])
         np.add.at(loss, top[has_loss] - start, weight[has_loss])
         np.add.at(loss, new_b[has_loss] + 1 - start, -weight[has_loss])
-        return cls(len(pairs), start, new_over, old_over, np.cumsum(gain)[:size],
+        # n from the cells themselves: the rates' bets need n >= every count
+        return cls(int(weight.sum()), start, new_over, old_over, np.cumsum(gain)[:size],
                    np.cumsum(loss)[:size])
 
     def log_evidence(self, tail: float, scale: float = 1.0) -> NDArray[np.float64]:
@@ -358,19 +360,22 @@ def _paired_tail_check(entry: RatioLimit, limit: float, pairs: PairHistogram, ol
                         "old_over": float(counts.old_over[weakest]),
                         "log_evidence": evidence}
     where = (f"weakest threshold {threshold:.4g} s: new at or over it on "
-             f"{counts.new_over[weakest]:.0f}, old's allowance over it on "
+             f"{counts.new_over[weakest]:.0f}, old's allowance over the next 1 % edge on "
              f"{counts.old_over[weakest]:.0f}; evidence {evidence:.1f} of {level:.1f}")
     if status == "pass":
         return Check(entry.field, "pass", f"{head}: every threshold explained, {where}", facts)
     more = more_samples(n, lambda k: judge(k)[0] == "pass",
                         most=max(1.0, min(MOST_SCALE, MOST_PROJECTED / max(len(old), len(new)))))
+    of = n
     if more is None:
         # With few events beyond new's p99 yet the pairs there project nothing; the two
-        # bounds' projection (a weaker test of the same limit) is then the estimate.
+        # bounds' projection (a weaker test of the same limit, so an upper estimate) is
+        # then the estimate, counted in its own samples.
         unpaired = _ratio_check(entry, limit, old, new, c).need
-        more = None if unpaired is None else unpaired.more_samples
+        if unpaired is not None and unpaired.more_samples is not None:
+            more, of = unpaired.more_samples, unpaired.of if unpaired.of is not None else n
     return Check(entry.field, "inconclusive", f"{head}: {where}; {needs_text(more)}", facts,
-                 Need(more, level - evidence, of=n))
+                 Need(more, level - evidence, of=of))
 
 
 def _ratio(new: float | None, old: float | None) -> float | None:
