@@ -218,6 +218,7 @@ def _bench_serve(setup: Setup, url: str, clients: int, prompts: int, out: Path) 
            "--tokenizer", setup.tokenizer, "--dataset-name", "random",
            "--random-input-len", "32", "--random-output-len", "16", "--ignore-eos",
            "--num-prompts", str(prompts), "--max-concurrency", str(clients), "--seed", "0",
+           "--percentile-metrics", "ttft,tpot,itl,e2el",  # e2el is not in the default set
            "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode != 0:
