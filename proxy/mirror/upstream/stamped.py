@@ -34,7 +34,12 @@ from typing import Any, Protocol, TypeVar
 
 # Linux value; the socket module does not export it (SCM_TIMESTAMPNS is the same number).
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-READ_BYTES = 256 * 1024
+# Below glibc's mmap threshold (128 KiB until a larger block has been freed): recvmsg
+# allocates its buffer whole before each read and shrinks it after, and a buffer of
+# 256 KiB was mapped and unmapped on every read while that threshold held, about 7 us per
+# read against 1.1 us for the read itself (bench/README.md, issue 32). A longer answer
+# takes a few more reads.
+READ_BYTES = 64 * 1024
 ANCILLARY_BYTES = socket.CMSG_SPACE(32)
 MAX_AGE_NS = 60 * 10**9  # an older stamp is a clock step, not a queue: use the read time
 

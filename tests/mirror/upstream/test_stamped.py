@@ -191,3 +191,66 @@ async def test_a_shadow_is_timed_from_its_send_to_its_arrival(aiohttp_server: An
     await router.close()
     assert capture.error is None and capture.ttft_s is not None
     assert 0.015 < capture.ttft_s < 0.2, capture.ttft_s
+
+
+_READS_SCRIPT = """
+import asyncio, resource, socket, sys
+from proxy.mirror.upstream.stamped import open_stamped
+
+READS = int(sys.argv[1])
+
+class Count:
+    def __init__(self):
+        self.reads = 0
+        self.done = asyncio.get_running_loop().create_future()
+    def connection_made(self, transport):
+        pass
+    def data_received_at(self, data, t):
+        self.reads += 1
+        if self.reads == READS and not self.done.done():
+            self.done.set_result(None)
+    def connection_lost(self, exc):
+        if not self.done.done():
+            self.done.set_result(None)
+
+async def main():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    loop = asyncio.get_running_loop()
+    accepted = loop.sock_accept(listener)
+    transport, counter = await open_stamped(Count, "127.0.0.1", listener.getsockname()[1])
+    peer, _ = await accepted
+    event = b"data: " + b"x" * 300 + b"\\n\\n"
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(READS):  # one event at a time, each read on its own, as a paced stream
+        peer.send(event)
+        seen = counter.reads
+        while counter.reads == seen:
+            await asyncio.sleep(0)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    transport.close()
+    peer.close()
+    print(after - before)
+
+asyncio.run(main())
+"""
+
+
+def test_small_reads_do_not_map_a_fresh_buffer_each_time() -> None:
+    """Each read's buffer comes from the heap: a read buffer over glibc's mmap threshold was
+    mapped, faulted in and unmapped on every read (7 us each, most of a paced event's read
+    cost). Counted as page faults in a fresh process: a fresh mapping per read faults at
+    least once per read."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    reads = 2000
+    done = subprocess.run([sys.executable, "-c", _READS_SCRIPT, str(reads)], capture_output=True,
+                          text=True, timeout=120, check=False,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 0, done.stderr
+    faults = int(done.stdout.split()[-1])
+    assert faults < reads // 10, f"{faults} minor page faults over {reads} reads"
