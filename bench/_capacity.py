@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from _common import MIRRORING_PATHS, BenchConfig, Outcome, load_spec, merge, servers_for, summary
-from _evidence import MirrorShares
+from _common import MIRRORING_PATHS, BenchConfig, Outcome, load_spec, servers_for, summary
+from _evidence import MirrorShares, counted_run
 from _figures import Figure, figure, median
 from _latency import PEER, cpu_reference
-from _load import LoadResult, run_load
+from _load import LoadResult
 from _paths import Layout
 from _procs import CpuMarks
 
@@ -46,10 +46,7 @@ def _relay_rate(
                 marks = CpuMarks(servers[path].pid)
                 spec = load_spec(cfg, layout, servers[path].port, concurrency, tokens,
                                  tokens * itl_ms / 1000)
-                shares.before(path)
-                result = run_load(spec, on_window=marks)
-                shares.after(path, result.completed)
-                merge(results[path], result)
+                result = counted_run(shares, path, spec, results[path], marks)
                 events = result.events or math.nan
                 rate[path].append(result.events_per_s)
                 busy[path].append(marks.seconds / spec.duration_s)

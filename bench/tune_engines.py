@@ -22,9 +22,13 @@ old's configuration measured in the same round.
 
 Two engines run at once during the race (old and one candidate) on two cores: unpinned,
 their OpenMP threads spin against each other and one answers 10-200x slower, so on the CPU
-each computes on a core of its own (`VLLM_CPU_OMP_THREADS_BIND`: old on core 0, the
-candidate on core 1) and candidates race in turn (`--parallel 1`). Alone under `vllm bench
-serve`, every configuration computes on core 0 and the bench client runs on core 1.
+each computes on a core of its own (`VLLM_CPU_OMP_THREADS_BIND`: the candidate on core 0,
+old on core 1 beside the proxy and the clients) and candidates race in turn (`--parallel
+1`); the engines' other processes may run on either core (`FrontendsFloat`). On two cores
+this still does not measure the engines: bench/README.md shows an engine as fast as old
+alone eliminated at 2.3x in the race; the CPU run shows the mechanics, a GPU host the
+speeds. Alone under `vllm bench serve`, every configuration computes on core 0 and the
+bench client runs on core 1.
 The gate runs at its defaults except the p99 ratios (off: a p99 bound needs thousands of
 answers, more than a bench on CPU engines should wait for; see docs/GATE.md).
 """
@@ -67,17 +71,87 @@ OLD_ARGS = ("--model", "/models/tiny", "--served-model-name", MODEL, "--port", "
             "--max-num-seqs", "2")
 CANDIDATES = {"seqs8": "--max-num-seqs 8", "seqs1": "--max-num-seqs 1",
               "fp32": "--dtype float32"}
-# Each CPU engine computes on a core of its own: old (and every config measured alone) on
-# core 0, the racing candidate on core 1, vllm bench serve's client on core 1. Two engines
-# whose OpenMP threads float over the same 2 cores spin against each other and one of them
-# answers 10-200x slower (measured on this project's machines; a first run of this script unpinned
-# measured both candidates 13-14x slower than old, seqs8 included).
+# Each CPU engine computes on a core of its own. During the race the racing candidate gets
+# core 0 to itself and old computes on core 1, which it shares with the proxy, the clients
+# and dockerd: every candidate is raced against the same old on the same cores, so the
+# ratios to old lean the candidates' way by the same amount for each, and the ranking among
+# candidates is what the script compares with vllm bench serve's (bench/README.md: with the
+# candidate on the shared core, it was the one slowed: seqs8, the same engine as old but
+# for a larger batch, was eliminated at TTFT x15). Every config measured alone computes on
+# core 0, vllm bench serve's client on core 1. Two engines whose OpenMP threads float over
+# the same 2 cores spin against each other and one of them answers 10-200x slower
+# (a first run of this script unpinned measured both candidates 13-14x slower than old).
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
            "VLLM_CPU_OMP_THREADS_BIND": "0"}
-CPU_CANDIDATE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "1"}
+CPU_OLD_RACE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "1"}
+CPU_CANDIDATE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0"}
 CPU_BENCH_CPUS = "1"
 GATE_FLAGS = ("--gate-max-ttft-p99-ratio", "0", "--gate-max-tpot-p99-ratio", "0",
               "--gate-max-tpot-unstreamed-p99-ratio", "0")
+
+
+class FrontendsFloat:
+    """While the CPU run lasts, every engine container's Python processes other than vLLM's
+    compute workers may run on any core (`--unpin-frontends`, on by default for the CPU run).
+
+    Measured here (2026-12-07, kernel 6.18, cgroup v1): a candidate started with
+    `VLLM_CPU_OMP_THREADS_BIND=1` had its launcher's preflight child, then its API server,
+    pinned to core 0 (vLLM sets the affinity while it loads), where old's compute worker
+    spins at 100 % between steps; the preflight child, runnable, got 0.16 s of CPU in 13
+    minutes, so the candidate never started (the run before: `seqs1` "not ready within
+    900 s"). Pinned there, a candidate's API server also waits behind old's worker, which
+    would bias the race against every candidate. The workers (`VLLM::Worker`, pinned per
+    thread by `VLLM_CPU_OMP_THREADS_BIND`) are left where they are.
+    """
+
+    def __init__(self, client: Any, prefixes: tuple[str, ...], every_s: float = 2.0) -> None:
+        import threading
+
+        self.client = client
+        self.prefixes = prefixes
+        self.every_s = every_s
+        self.cpus = os.sched_getaffinity(0)
+        self.moved: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="frontends-float", daemon=True)
+
+    def __enter__(self) -> FrontendsFloat:  # noqa: PYI034
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.tick()
+            except Exception as exc:  # noqa: BLE001 - a helper of the bench, never fatal
+                print(f"frontends-float: {exc}", flush=True)
+
+    def tick(self) -> None:
+        for container in self.client.containers.list():
+            if not container.name.startswith(self.prefixes):
+                continue
+            try:
+                rows = container.top(ps_args="-eo pid,comm")["Processes"] or []
+            except Exception:  # noqa: BLE001 - it may have just ended
+                rows = []
+            for pid_text, comm in rows:
+                if not comm.startswith("python"):
+                    continue
+                pid = int(pid_text)
+                try:
+                    if os.sched_getaffinity(pid) == self.cpus:
+                        continue
+                    for task in os.listdir(f"/proc/{pid}/task"):
+                        os.sched_setaffinity(int(task), self.cpus)
+                except OSError:
+                    continue
+                self.moved.append(f"{container.name}:{pid}")
+                print(f"frontends-float: {container.name} pid {pid} may run on any core "
+                      "again", flush=True)
 
 
 @dataclass(frozen=True)
@@ -100,6 +174,7 @@ class Setup:
     mounts: tuple[str, ...] = ()  # HOST_PATH:CONTAINER_PATH, read-only
     # Set on the candidates' containers only during the race (over `env`).
     candidate_env: dict[str, str] = field(default_factory=dict)
+    old_race_env: dict[str, str] = field(default_factory=dict)  # old's, during the race only
     bench_cpus: str | None = None  # taskset list for vllm bench serve's client
 
 
@@ -128,9 +203,9 @@ def _args(setup: Setup, extra: str) -> list[str]:
 
 @contextlib.contextmanager
 def _engine(client: Any, setup: Setup, network: str, name: str, args: list[str],
-            gpus: str | None) -> Iterator[tuple[Any, str]]:
-    """A vLLM container on `network` (on GPUs `gpus`, "0,1", when given), ready; removed on
-    the way out."""
+            gpus: str | None, env: dict[str, str] | None = None) -> Iterator[tuple[Any, str]]:
+    """A vLLM container on `network` (on GPUs `gpus`, "0,1", when given; `env` over the
+    setup's), ready; removed on the way out."""
     import docker.types
 
     devices = ([docker.types.DeviceRequest(device_ids=gpus.split(","), capabilities=[["gpu"]])]
@@ -138,7 +213,8 @@ def _engine(client: Any, setup: Setup, network: str, name: str, args: list[str],
     volumes = {src: {"bind": dst, "mode": "ro"}
                for src, dst in (m.rsplit(":", 1) for m in setup.mounts)}
     container = client.containers.run(setup.image, args, detach=True, name=name,
-                                      network=network, shm_size="1g", environment=setup.env,
+                                      network=network, shm_size="1g",
+                                      environment={**setup.env, **(env or {})},
                                       device_requests=devices, volumes=volumes or None)
     try:
         container.reload()
@@ -168,7 +244,7 @@ def _race(client: Any, setup: Setup, network: str, work: Path, clients: int,
     """The tune: old behind the proxy, the candidates raced; its status as JSON."""
     tag = uuid.uuid4().hex[:6]
     with _engine(client, setup, network, f"vllm-old-tune-{tag}", list(setup.old_args),
-                 setup.old_gpus) as (old, url):
+                 setup.old_gpus, setup.old_race_env) as (old, url):
         proxy = CutoverProxy(work / "proxy", url, gate_args=GATE_FLAGS)
         proxy.start()
         try:
@@ -268,8 +344,11 @@ def render(rows: list[Row], status: dict[str, Any], setup: Setup) -> str:
     for row in rows:
         if row.tune.get("reason"):
             lines.append(f"{row.name}: {row.tune['reason']}")
-    tune_rank = [n for n in _tune_rank(rows) if n not in setup.different_answers]
-    served_rank = [n for n in _served_rank(rows) if n not in setup.different_answers]
+    # With old on the shared core during the race (the CPU run), its ratio of 1.0 is not
+    # comparable with the candidates': the candidates are ranked among themselves.
+    left_out = setup.different_answers | ({"old"} if setup.old_race_env else set())
+    tune_rank = [n for n in _tune_rank(rows) if n not in left_out]
+    served_rank = [n for n in _served_rank(rows) if n not in left_out]
     lines += ["", f"ranking by latency (same answers only), tune: {' < '.join(tune_rank)}",
               f"ranking by latency (same answers only), vllm bench serve: {' < '.join(served_rank)}",
               f"agree: {'yes' if tune_rank == served_rank else 'NO'}"]
@@ -289,7 +368,8 @@ def _setup(args: argparse.Namespace, client: Any, work: Path) -> Setup:
         return Setup(image, OLD_ARGS, candidates, MODEL, str(model_dir), vllm_python,
                      dict(CPU_ENV), different_answers=frozenset(args.different_answers
                                                                 or ["fp32"]),
-                     candidate_env=dict(CPU_CANDIDATE_ENV), bench_cpus=CPU_BENCH_CPUS)
+                     candidate_env=dict(CPU_CANDIDATE_ENV), bench_cpus=CPU_BENCH_CPUS,
+                     old_race_env=dict(CPU_OLD_RACE_ENV))
     if not (args.old_args and args.model and args.tokenizer):
         raise SystemExit("--image needs --old-args, --model and --tokenizer")
     return Setup(args.image, tuple(shlex.split(args.old_args)), candidates, args.model,
@@ -332,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     own.add_argument("--new-gpus", action="append", default=[], metavar="1",
                      help="a candidates' GPU set (repeat; tune's --new-gpus)")
     own.add_argument("--parallel", type=int, default=1, help="candidates raced at once")
+    parser.add_argument("--keep-pins", action="store_true",
+                        help="CPU run: leave the engines' Python processes where vLLM pins "
+                        "them (default: free them to run on any core; see FrontendsFloat)")
     own.add_argument("--different-answers", action="append", default=[], metavar="NAME",
                      help="a candidate expected to answer differently: left out of the "
                      "speed ranking (default for the CPU run: fp32)")
@@ -340,12 +423,16 @@ def main(argv: list[str] | None = None) -> int:
     import docker
 
     client = docker.from_env(version="auto", timeout=600)
+    stack = contextlib.ExitStack()
     work = Path(tempfile.mkdtemp(prefix="tune-vllm-"))
     setup = _setup(args, client, work)
     network = client.networks.create(f"tune-bench-{uuid.uuid4().hex[:6]}")
     rows = [Row("old", "")] + [Row(name, extra) for name, extra in setup.candidates.items()]
     started = time.monotonic()
+    floating = (FrontendsFloat(client, ("vllm-old-tune-", "vllm-bench-"))
+                if args.image is None and not args.keep_pins else contextlib.nullcontext())
     try:
+        stack.enter_context(floating)
         status: dict[str, Any] = {}
         if not args.skip_tune:
             status = _race(client, setup, network.name, work, args.clients, args.max_duration,
@@ -376,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
                                            "e2e_vs_old": r.e2e_vs_old} for r in rows]},
                 indent=2))
     finally:
+        stack.close()
         network.remove()
         shutil.rmtree(work, ignore_errors=True)
     return 0
