@@ -53,7 +53,6 @@ class BenchConfig:
     memory_itl_ms: float = 500.0
     vllm_streams: int = 64
     vllm_tokens: int = 200
-    vllm_shadow_itl_ms: float = 20.0
     load_processes: int = 1
     baseline: bool = True
     proxy_args: tuple[str, ...] = ()

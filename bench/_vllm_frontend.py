@@ -9,24 +9,30 @@ tests' tiny model) answers `--vllm-streams` closed-loop streams of `--vllm-token
   measured apart, CPU seconds in the window (`/proc/PID/stat`, all threads) per event the
   client received (one event per token: vLLM streams each token as it is made);
 - proxy: the same load through `vllm-cutover proxy` with vLLM the primary and one shadow
-  (the bench's inline backend at idle priority, one event every `--vllm-shadow-itl-ms`),
-  every request mirrored, captured and compared, as in the other scenarios. The proxy's
-  CPU (relay and capture worker) per client event, and vLLM's API server's in that round.
+  (the bench's inline backend at idle priority, one event every 20 ms), every request
+  mirrored, captured and compared, as in the other scenarios. The proxy's CPU (relay and
+  capture worker) per client event, and vLLM's API server's in that round;
+- unsampled, nginx, nginx-mirror (when in `--paths`): floors on the same traffic.
 
 The figure the target judges: the whole proxy's CPU per client token over vLLM's API
 server's CPU per token in the same round (the proxy's round: the same traffic, the same
-moment). vLLM runs on the load core (`VLLM_CPU_OMP_THREADS_BIND`), the proxy on the relay
-core, as in the other scenarios, but the load and the shadow share the relay's core: vLLM's
-compute worker spins on its core between steps (vLLM pins its API server off that core).
+moment); the ratio to the API server's direct figure is printed beside it. vLLM's compute
+threads run on the load core (`VLLM_CPU_OMP_THREADS_BIND`), the proxy on the relay core, as
+in the other scenarios, but the load and the shadow share the relay's core: vLLM's compute
+worker spins on its core between steps (vLLM pins its API server off that core). Each
+round's warm-up outlasts a shadow answer, so the window sees the proxy in its steady state
+(a shadow answer ends about 4 s after its request, a vLLM answer about 1 s).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -48,20 +54,34 @@ from tests.e2e.tiny_model import ensure_tiny_model
 VLLM_PYTHON_ENV = "VLLM_CUTOVER_VLLM_PYTHON"
 SERVED_NAME = "tiny"
 TARGET_RATIO = 0.20  # the whole proxy's CPU per token, at most this share of vLLM's API server's
+MAX_MODEL_LEN = 512  # tests.e2e.servers.api_server_args
+MAX_TOKENS = MAX_MODEL_LEN - 16  # the bench prompt is a few tokens
+SHADOW_ITL_S = 0.020
 RELAYS = ("proxy", "unsampled", "nginx", "nginx-mirror")  # in this order, each round
 MIRRORING = ("proxy", "nginx-mirror")
 
 
-def vllm_python() -> str | None:
-    """The vllm-cpu venv's interpreter, when this machine has one (scripts/dev.sh setup-e2e)."""
+def check_ready(cfg: BenchConfig) -> str:
+    """The vllm-cpu venv's interpreter; exits with what is wrong before any scenario runs
+    (proxy_bench calls it first, so a paced run is not thrown away for a missing venv)."""
     path = os.environ.get(VLLM_PYTHON_ENV, "")
-    return path if path and os.access(path, os.X_OK) else None
+    if not path:
+        raise SystemExit(f"the vllm scenario needs {VLLM_PYTHON_ENV} naming the vllm-cpu "
+                         "venv's python (scripts/dev.sh setup-e2e makes one)")
+    if not os.access(path, os.X_OK):
+        raise SystemExit(f"{VLLM_PYTHON_ENV}={path!r} is not an executable python")
+    if not 1 <= cfg.vllm_tokens <= MAX_TOKENS:
+        raise SystemExit(f"--vllm-tokens {cfg.vllm_tokens}: from 1 to {MAX_TOKENS} (the "
+                         f"server's --max-model-len {MAX_MODEL_LEN} holds the prompt too)")
+    if cfg.vllm_streams < 1:
+        raise SystemExit(f"--vllm-streams {cfg.vllm_streams}: at least 1")
+    return path
 
 
 @contextlib.contextmanager
 def vllm_server(layout: Layout, python: str) -> Iterator[Server]:
-    """vLLM's OpenAI server on the load CPUs with the tiny model; its PID is the API
-    server's (the engine core is its child)."""
+    """vLLM's OpenAI server with the tiny model, its compute threads on the load CPUs; its
+    PID is the API server's (the engine core is its child)."""
     model_dir = ensure_tiny_model(python)
     port = free_port()
     cpus = layout.load_cpus
@@ -78,10 +98,7 @@ def vllm_server(layout: Layout, python: str) -> Iterator[Server]:
 def vllm(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
     """vLLM's API server CPU per streamed token beside the proxy's, round by round."""
     out = Outcome()
-    python = vllm_python()
-    if python is None:
-        raise SystemExit(f"the vllm scenario needs {VLLM_PYTHON_ENV} naming the vllm-cpu "
-                         "venv's python (scripts/dev.sh setup-e2e makes one)")
+    python = check_ready(cfg)
     tokens, streams = cfg.vllm_tokens, cfg.vllm_streams
     # The relays measured on the same traffic: the proxy (the target), and as floors the
     # proxy's relay without mirroring (`unsampled`), nginx tuned for SSE and nginx's mirror
@@ -104,7 +121,7 @@ def vllm(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
         shadow = None
         if any(p in MIRRORING for p in paths):
             shadow = stack.enter_context(backend(
-                beside_relay, "inline", "shadow", free_port(), 0.0, cfg.vllm_shadow_itl_ms,
+                beside_relay, "inline", "shadow", free_port(), 0.0, SHADOW_ITL_S * 1000,
                 mirror_target=True))
         if "proxy" in paths:
             servers["proxy"] = stack.enter_context(mirroring_proxy(
@@ -125,7 +142,11 @@ def vllm(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
                               tuple(p for p in paths if p in MIRRORING))
         # One request's duration at the engine's pace, roughly: the warm-up covers it, so
         # the window sees streams at every stage of their answers.
-        request_s = _request_seconds(layout, engine, tokens)
+        request_s = _request_seconds(engine, tokens)
+        # A round's window opens once the first shadow answers have ended (each takes
+        # tokens x 20 ms), so the capture worker is in its steady state: reading, capturing
+        # and comparing as many answers as the window's traffic brings.
+        settle_s = request_s + (tokens * SHADOW_ITL_S if shadow is not None else 0.0)
         # One unmeasured run per path first: vLLM's first batches of a new size are slow
         # (a first measured round ran at 60 % of the others' rate), and the relays' pools
         # (the capture worker's connections) start cold.
@@ -145,7 +166,8 @@ def vllm(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
 
                 spec = load_spec(cfg, beside_relay, servers[path].port, streams, tokens,
                                  request_s)
-                spec = replace(spec, duration_s=max(spec.duration_s, request_s))
+                spec = replace(spec, duration_s=max(spec.duration_s, request_s),
+                               warmup_s=max(spec.warmup_s, settle_s))
                 result = counted_run(shares, path, spec, results[path], on_window)
                 events = result.events or math.nan
                 events_per_s[path].append(result.events_per_s)
@@ -159,7 +181,7 @@ def vllm(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
         shares.finish()
     out.errors = {p: r.errors for p, r in results.items()}
     out.raw = {
-        "streams": streams, "tokens": tokens, "shadow_itl_ms": cfg.vllm_shadow_itl_ms,
+        "streams": streams, "tokens": tokens, "shadow_itl_s": SHADOW_ITL_S,
         "request_s": request_s, "mirror_shares": shares.shares(),
         "paths": {p: {**summary(r), "events_per_s_rounds": events_per_s[p],
                       "api_server_us_per_event_rounds": api_us[p],
@@ -191,6 +213,12 @@ def vllm(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
                 "us", reference="vLLM API server", reference_rounds=api_us[path],
                 compare="ratio", target=f"<= {TARGET_RATIO:.0%} of it", op="<=",
                 limit=TARGET_RATIO, judge_relation=True))
+            # The API server costs more per token when it runs slower (smaller batches):
+            # against its direct figure too.
+            out.figures.append(figure(
+                s, "whole proxy CPU per client token vs the API server's direct",
+                relay_cpu[path], "us", reference="vLLM API server, direct",
+                reference_rounds=api_us["direct"], compare="ratio"))
         else:
             out.figures.append(figure(
                 s, f"{path} CPU per client token vs vLLM API server's", relay_cpu[path], "us",
@@ -199,11 +227,8 @@ def vllm(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
     return out
 
 
-def _request_seconds(layout: Layout, engine: Server, tokens: int) -> float:
+def _request_seconds(engine: Server, tokens: int) -> float:
     """One streamed answer's time on the idle engine (a first request also warms it)."""
-    import json
-    import urllib.request
-
     body = json.dumps({"model": SERVED_NAME, "prompt": "The benchmark prompt.",
                        "max_tokens": tokens, "ignore_eos": True, "temperature": 0}).encode()
     best = math.inf

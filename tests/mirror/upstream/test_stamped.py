@@ -10,6 +10,7 @@ import time
 from time import perf_counter
 from typing import Any
 
+import pytest
 from multidict import CIMultiDict
 
 from proxy.mirror.upstream.http1 import Http1Pool
@@ -227,12 +228,20 @@ async def main():
     for _ in range(READS):  # one event at a time, each read on its own, as a paced stream
         peer.send(event)
         seen = counter.reads
-        while counter.reads == seen:
+        while counter.reads == seen and not counter.done.done():
             await asyncio.sleep(0)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     transport.close()
+    # The control: plain reads of 256 KiB in the same process fault each time on this
+    # allocator (a mapping per read); where they do not, the count above proves nothing.
+    a, b = socket.socketpair()
+    control = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(READS):
+        a.send(event)
+        b.recv(256 * 1024)
+    control = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - control
     peer.close()
-    print(after - before)
+    print(after - before, control)
 
 asyncio.run(main())
 """
@@ -252,5 +261,8 @@ def test_small_reads_do_not_map_a_fresh_buffer_each_time() -> None:
                           text=True, timeout=120, check=False,
                           cwd=Path(__file__).resolve().parents[3])
     assert done.returncode == 0, done.stderr
-    faults = int(done.stdout.split()[-1])
+    faults, control = (int(word) for word in done.stdout.split()[-2:])
+    if control < reads:
+        pytest.skip(f"this allocator does not map a large read buffer each time ({control} "
+                    f"faults over {reads} plain 256 KiB reads): nothing to tell apart")
     assert faults < reads // 10, f"{faults} minor page faults over {reads} reads"
