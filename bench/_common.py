@@ -8,6 +8,7 @@ returns figures compared with references measured in the same scenario.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -16,6 +17,7 @@ from _figures import Figure, percentile
 from _load import LoadResult, LoadSpec
 from _paths import BackendKind, Layout, Server, backend, bare_relay, mirroring_proxy, nginx
 from _procs import free_port
+from nginx import NginxKind
 
 PathName = Literal["direct", "proxy", "nginx-plain", "nginx-mirror", "nginx",
                    "nginx-mirror-headers", "bare", "unsampled"]
@@ -118,28 +120,41 @@ def servers_for(cfg: BenchConfig, layout: Layout, tmp: Path, ttft_ms: float, itl
         # "shadow": not a path; what the mirror shares count (bench/_evidence.py).
         servers: dict[str, Server] = {"direct": primary, **{
             role: b for role, b in backends.items() if role == "shadow"}}
-        if "proxy" in cfg.paths:
-            servers["proxy"] = stack.enter_context(mirroring_proxy(
-                layout, free_port(), primary.url, backends["shadow"].url,
-                backends["baseline"].url if "baseline" in backends else None,
-                tmp / f"records-{primary.port}.sqlite", cfg.proxy_args,
-            ))
-        mirror_ports = [backends[r].port for r in ("shadow", "baseline") if r in backends]
-        kinds = {"nginx": "streaming", "nginx-plain": "plain", "nginx-mirror": "mirror",
-                 "nginx-mirror-headers": "mirror-headers"}
-        for path, kind in kinds.items():
-            if path in cfg.paths:
-                servers[path] = stack.enter_context(nginx(
-                    layout, path, free_port(), primary.port, tmp / f"{path}-{primary.port}",
-                    kind, mirror_ports))  # type: ignore[arg-type]
-        if "bare" in cfg.paths:
-            servers["bare"] = stack.enter_context(bare_relay(layout, free_port(), primary.url))
-        if "unsampled" in cfg.paths:  # the proxy's relay alone: --sample-rate 0
-            servers["unsampled"] = stack.enter_context(mirroring_proxy(
-                layout, free_port(), primary.url, backends["shadow"].url, None,
-                tmp / f"unsampled-{primary.port}.sqlite", cfg.proxy_args, sample_rate=0.0,
-            ))
+        servers.update(relays(stack, cfg.paths, cfg.proxy_args, layout, tmp, primary,
+                              backends.get("shadow"), backends.get("baseline")))
         yield servers
+
+
+def relays(stack: contextlib.ExitStack, paths: Sequence[str], proxy_args: tuple[str, ...],
+           layout: Layout, tmp: Path, primary: Server, shadow: Server | None,
+           baseline: Server | None) -> dict[str, Server]:
+    """Every relay of `paths` in front of `primary`, mirroring to `shadow` (and `baseline`)
+    where it mirrors, started on `stack`; {path: Server}."""
+    servers: dict[str, Server] = {}
+    shadow_url = shadow.url if shadow is not None else None
+    if "proxy" in paths:
+        servers["proxy"] = stack.enter_context(mirroring_proxy(
+            layout, free_port(), primary.url, shadow_url,
+            baseline.url if baseline is not None else None,
+            tmp / f"records-{primary.port}.sqlite", proxy_args,
+        ))
+    mirror_ports = [b.port for b in (shadow, baseline) if b is not None]
+    kinds: dict[str, NginxKind] = {"nginx": "streaming", "nginx-plain": "plain",
+                                   "nginx-mirror": "mirror",
+                                   "nginx-mirror-headers": "mirror-headers"}
+    for path, kind in kinds.items():
+        if path in paths:
+            servers[path] = stack.enter_context(nginx(
+                layout, path, free_port(), primary.port, tmp / f"{path}-{primary.port}",
+                kind, mirror_ports))
+    if "bare" in paths:
+        servers["bare"] = stack.enter_context(bare_relay(layout, free_port(), primary.url))
+    if "unsampled" in paths:  # the proxy's relay alone: --sample-rate 0
+        servers["unsampled"] = stack.enter_context(mirroring_proxy(
+            layout, free_port(), primary.url, shadow_url, None,
+            tmp / f"unsampled-{primary.port}.sqlite", proxy_args, sample_rate=0.0,
+        ))
+    return servers
 
 
 def ttft_ms(result: LoadResult, q: float) -> float:

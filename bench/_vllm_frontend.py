@@ -37,13 +37,12 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from _common import BenchConfig, Outcome, load_spec, summary
+from _common import BenchConfig, Outcome, load_spec, relays, summary
 from _evidence import MirrorShares, counted_run
 from _figures import figure
 from _load import LoadResult, run_load
-from _paths import REPO_ROOT, Layout, Server, backend, mirroring_proxy, nginx
+from _paths import REPO_ROOT, Layout, Server, backend
 from _procs import CpuMarks, free_port
-from nginx import NginxKind
 
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
@@ -123,21 +122,7 @@ def vllm(cfg: BenchConfig, layout: Layout, tmp: Path) -> Outcome:
             shadow = stack.enter_context(backend(
                 beside_relay, "inline", "shadow", free_port(), 0.0, SHADOW_ITL_S * 1000,
                 mirror_target=True))
-        if "proxy" in paths:
-            servers["proxy"] = stack.enter_context(mirroring_proxy(
-                layout, free_port(), engine.url, shadow.url if shadow else None, None,
-                tmp / f"records-vllm-{engine.port}.sqlite", cfg.proxy_args))
-        if "unsampled" in paths:
-            servers["unsampled"] = stack.enter_context(mirroring_proxy(
-                layout, free_port(), engine.url, shadow.url if shadow else None, None,
-                tmp / f"unsampled-vllm-{engine.port}.sqlite", cfg.proxy_args, sample_rate=0.0))
-        kinds: tuple[tuple[str, NginxKind], ...] = (("nginx", "streaming"),
-                                                    ("nginx-mirror", "mirror"))
-        for path, kind in kinds:
-            if path in paths:
-                servers[path] = stack.enter_context(nginx(
-                    layout, path, free_port(), engine.port, tmp / f"{path}-vllm-{engine.port}",
-                    kind, [shadow.port] if shadow and kind == "mirror" else []))
+        servers.update(relays(stack, paths, cfg.proxy_args, layout, tmp, engine, shadow, None))
         shares = MirrorShares(shadow, servers.get("proxy"),
                               tuple(p for p in paths if p in MIRRORING))
         # One request's duration at the engine's pace, roughly: the warm-up covers it, so

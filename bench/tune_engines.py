@@ -361,7 +361,6 @@ def main(argv: list[str] | None = None) -> int:
     import docker
 
     client = docker.from_env(version="auto", timeout=600)
-    stack = contextlib.ExitStack()
     work = Path(tempfile.mkdtemp(prefix="tune-vllm-"))
     setup = _setup(args, client, work)
     network = client.networks.create(f"tune-bench-{uuid.uuid4().hex[:6]}")
@@ -371,38 +370,37 @@ def main(argv: list[str] | None = None) -> int:
                                ("vllm-old-tune-", "vllm-bench-"))
                 if args.image is None and not args.keep_pins else contextlib.nullcontext())
     try:
-        stack.enter_context(floating)
-        status: dict[str, Any] = {}
-        if not args.skip_tune:
-            status = _race(client, setup, network.name, work, args.clients, args.max_duration,
-                           args.pause)
-            by_name = {c["name"]: c for c in status.get("candidates", [])}
-            for row in rows[1:]:
-                row.tune = by_name.get(row.name, {})
-            print(f"tune ended after {time.monotonic() - started:.0f} s", flush=True)
-        for rnd in range(args.rounds):
-            for row in rows:
-                name = f"vllm-bench-{row.name}-{uuid.uuid4().hex[:6]}"
-                with _engine(client, setup, network.name, name, _args(setup, row.extra),
-                             setup.old_gpus) as (_, url):
-                    row.served.append(_bench_serve(
-                        setup, url, args.clients, args.bench_prompts,
-                        work / "serve" / f"{row.name}-{rnd}.json"))
-                print(f"round {rnd + 1}: {row.name} median E2E "
-                      f"{row.served[-1].median_e2el_ms:.1f} ms", flush=True)
-            old_e2e = rows[0].served[-1].median_e2el_ms
-            for row in rows:
-                row.e2e_vs_old.append(row.served[-1].median_e2el_ms / old_e2e)
-        text = render(rows, status, setup)
-        print(f"\n{text}\n\n{time.monotonic() - started:.0f} s in all")
-        if args.json_out:
-            args.json_out.write_text(json.dumps(
-                {"tune": status, "rows": [{"name": r.name, "extra": r.extra,
-                                           "served": [vars(s) for s in r.served],
-                                           "e2e_vs_old": r.e2e_vs_old} for r in rows]},
-                indent=2))
+        with floating:
+            status: dict[str, Any] = {}
+            if not args.skip_tune:
+                status = _race(client, setup, network.name, work, args.clients,
+                               args.max_duration, args.pause)
+                by_name = {c["name"]: c for c in status.get("candidates", [])}
+                for row in rows[1:]:
+                    row.tune = by_name.get(row.name, {})
+                print(f"tune ended after {time.monotonic() - started:.0f} s", flush=True)
+            for rnd in range(args.rounds):
+                for row in rows:
+                    name = f"vllm-bench-{row.name}-{uuid.uuid4().hex[:6]}"
+                    with _engine(client, setup, network.name, name, _args(setup, row.extra),
+                                 setup.old_gpus) as (_, url):
+                        row.served.append(_bench_serve(
+                            setup, url, args.clients, args.bench_prompts,
+                            work / "serve" / f"{row.name}-{rnd}.json"))
+                    print(f"round {rnd + 1}: {row.name} median E2E "
+                          f"{row.served[-1].median_e2el_ms:.1f} ms", flush=True)
+                old_e2e = rows[0].served[-1].median_e2el_ms
+                for row in rows:
+                    row.e2e_vs_old.append(row.served[-1].median_e2el_ms / old_e2e)
+            text = render(rows, status, setup)
+            print(f"\n{text}\n\n{time.monotonic() - started:.0f} s in all")
+            if args.json_out:
+                args.json_out.write_text(json.dumps(
+                    {"tune": status, "rows": [{"name": r.name, "extra": r.extra,
+                                               "served": [vars(s) for s in r.served],
+                                               "e2e_vs_old": r.e2e_vs_old} for r in rows]},
+                    indent=2))
     finally:
-        stack.close()
         network.remove()
         shutil.rmtree(work, ignore_errors=True)
     return 0

