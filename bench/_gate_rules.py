@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from proxy.gate.sequential import (
+    TAIL_WEIGHTS,
     mean_bounds_array,
     paired_log_wealth_array,
     tail_log_evidence,
@@ -163,19 +164,22 @@ _SURE: dict[tuple[float, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = {}
 
 def sure_counts(level: float, size: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Per n pairs 0..size: the most new-over counts with which new's rate alone reaches
-    `level` (-1: none), and the fewest old-over counts with which old's rate alone does
-    (size + 1: none). At `level` = ln(3/alpha) a bucket past either passes whatever the
-    rest: the mean of three is at least its largest part over 3."""
+    `level` less the log of its weight (-1: none), and the fewest old-over counts with
+    which old's rate alone does (size + 1: none). At `level` = ln(1/alpha) a bucket past
+    either passes whatever the rest: the weighted mean is at least one part times its
+    weight."""
     key = (level, size)
     if key not in _SURE:
         n = np.arange(size + 1, dtype=float)
         zero = np.zeros_like(n)
 
         def new_ok(x: Array) -> NDArray[np.bool_]:
-            return np.asarray(tail_log_parts(n, x, zero, zero, zero)[1] >= level)
+            return np.asarray(tail_log_parts(n, x, zero, zero, zero)[1]
+                              >= level - math.log(TAIL_WEIGHTS[1]))
 
         def old_ok(y: Array) -> NDArray[np.bool_]:
-            return np.asarray(tail_log_parts(n, zero, y, zero, zero)[2] >= level)
+            return np.asarray(tail_log_parts(n, zero, y, zero, zero)[2]
+                              >= level - math.log(TAIL_WEIGHTS[2]))
 
         # new's rate falls as x grows: the last x that passes (-1: none)
         low, high = np.full_like(n, -1.0), n + 1
@@ -206,7 +210,7 @@ def _paired_tail(look: Look, metric: str, limit: float, floor: float, c: GateCri
     level = math.log(1 / c.pass_alpha())
     pairs = look.pairs_n[metric].astype(np.int64)
     new_over, old_over, gain, loss = look.tail_counts(metric)
-    most_new, fewest_old = sure_counts(level + math.log(3), int(pairs.max(initial=0)))
+    most_new, fewest_old = sure_counts(level, int(pairs.max(initial=0)))
     # buckets not surely passed: new_over > most_new (a prefix: new_over falls with k)
     # and old_over < fewest_old (a suffix, old_over falls too): [first, last)
     last = np.sum(new_over > most_new[pairs][:, None], axis=1)

@@ -95,6 +95,12 @@ def cells() -> list[Cell]:
            Cell("identical, iid sigma 0.5", "clean", _iid(0.5)),
            Cell("identical, per-request noise 0.1", "clean", _per_request(0.1)),
            Cell("identical, per-request noise 0.2", "clean", _per_request(0.2)),
+           # the default traffic (2 % divergence a side, no errors): what binds
+           # where the error check has nothing to outweigh
+           Cell("identical, per-request noise 0.1, no errors", "clean",
+                _per_request(0.1, old_errors=0.0, new_errors=0.0)),
+           Cell("identical, per-request noise 0.2, no errors", "clean",
+                _per_request(0.2, old_errors=0.0, new_errors=0.0)),
            Cell("identical, unstreamed only", "clean", _per_request(streamed=0.0)),
            Cell("identical, mixed (half streamed)", "clean", _per_request(streamed=0.5))]
     for scale in (0.95, 1.03, 1.05, 1.08, 1.10, 1.20):

@@ -93,12 +93,15 @@ def _spread(values: list[int]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=int, default=40)
-    p.add_argument("--max-pairs", type=int, default=12000)
-    p.add_argument("--every", type=int, default=100)
+    p.add_argument("--runs", type=int, default=40, help="runs a cell (default 40)")
+    p.add_argument("--max-pairs", type=int, default=12000,
+                   help="pairs a run at most (default 12000)")
+    p.add_argument("--every", type=int, default=100,
+                   help="pairs between looks (default 100)")
     p.add_argument("--seed", type=int, default=1)
+    names = ", ".join(CELLS).replace("%", "%%")  # argparse formats help with %
     p.add_argument("--cells", default=",".join(CELLS),
-                   help=f"comma-separated, of: {', '.join(CELLS)}")
+                   help=f"comma-separated, of: {names} (default: all)")
     args = p.parse_args(argv)
     cells = [c.strip() for c in args.cells.split(",") if c.strip()]
     unknown = [c for c in cells if c not in CELLS]

@@ -13,10 +13,10 @@ absolute floor (a few milliseconds more is never a regression), whichever is lar
   buckets, `GateInputs.pair_tails`): the hypothesis to reject is "new's p99 q is at or
   beyond the allowance over old's p99". Under it every threshold t in [allowance(old's
   p99), q] has P(new >= t) >= 1 % >= P(allowance(old) > t). At each 1 % bucket [g_k,
-  g_k+1) three betting tests bet against that (`sequential.tail_log_evidence`): new over
-  g_k less often than 1 %, old's allowance over g_k+1 more often than 1 %, and, request
-  by request, the second more often than the first; their mean is an e-process wherever
-  the hypothesis holds at that bucket. The check passes when the evidence reaches
+  g_k+1) three families of bets bet against that (`sequential.tail_log_evidence`):
+  request by request, old's allowance over g_k+1 more often than new over g_k; new over
+  g_k less often than 1 %; old's allowance over g_k+1 more often than 1 %. Their weighted
+  mean is an e-process wherever the hypothesis holds at that bucket. The check passes when the evidence reaches
   1/alpha at every bucket: thresholds far above new's p99 are explained by new's rate,
   far below by old's, those near it mostly by the pairs, whose shared noise (the same
   prompt and answer on both sides) cancels out. A version at or beyond its limit passes

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.gate.criteria import GateCriteria
 from proxy.gate.latency_checks import TailCounts, latency_checks
-from proxy.gate.sequential import TAIL_BETS, tail_log_evidence, tail_log_parts
+from proxy.gate.sequential import tail_log_evidence, tail_log_parts
 from proxy.gate.sketch import LogHistogram, PairHistogram, pair_bucket_of, pair_edge
 from proxy.gate.stats import LatencySamples
 from proxy.gate.tally import GateInputs, MatchCounts
@@ -53,24 +53,22 @@ def test_counts_match_a_brute_force_over_the_pairs() -> None:
 
 
 def _products(x: list[int], y: list[int], tail: float) -> float:
-    """log of the mean of the three bets' mixtures, multiplied out request by request."""
-    def mixture(factor) -> float:  # even weights over the bets, product over requests
-        bets = factor.__defaults__[0]
-        return float(np.mean([math.prod(factor(i, b) for i in range(len(x))) for b in bets]))
+    """log of the weighted mean (0.7 paired, 0.2 new's rate, 0.1 old's rate) of the three
+    families' even mixtures, multiplied out request by request, each bet written as the
+    factor 1 + a (tail - x) + b (y - tail) of docs/GATE.md."""
+    def mixture(bets: list[tuple[float, float]]) -> float:  # (a, b) pairs
+        return float(np.mean([math.prod(1 + a * (tail - xi) + b * (yi - tail)
+                                        for xi, yi in zip(x, y)) for a, b in bets]))
 
-    def paired(i: int, b: float, bets=tuple(TAIL_BETS)) -> float:
-        return 1 + b * (y[i] - x[i])
-
-    def new_rate(i: int, b: float, bets=(0.2, 0.4, 0.6, 0.8, 0.95)) -> float:
-        return 1 + b / (1 - tail) * (tail - x[i])
-
-    def old_rate(i: int, b: float, bets=(0.0025, 0.005, 0.01, 0.02, 0.04, 0.08)) -> float:
-        return 1 + b / tail * (y[i] - tail)
-
-    return math.log((mixture(paired) + mixture(new_rate) + mixture(old_rate)) / 3)
+    paired = [(s / (1 - tail + k * tail), k * s / (1 - tail + k * tail))
+              for k in (0.5, 1.0) for s in (0.3, 0.5, 0.65, 0.78, 0.88, 0.95)]
+    new_rate = [(s / (1 - tail), 0.0) for s in (0.2, 0.4, 0.6, 0.8, 0.95)]
+    old_rate = [(0.0, s / tail) for s in (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08)]
+    return math.log(0.7 * mixture(paired) + 0.2 * mixture(new_rate)
+                    + 0.1 * mixture(old_rate))
 
 
-def test_evidence_is_the_mean_of_the_three_betting_products() -> None:
+def test_evidence_is_the_weighted_mean_of_the_betting_products() -> None:
     rng = np.random.default_rng(5)
     for _ in range(20):
         n = int(rng.integers(1, 300))
