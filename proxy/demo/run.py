@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,9 @@ LAUNCH_EXAMPLE = (
     "cutlass",
 )
 DIRECT_CHECKS = 12
+# The proxy's longest orderly stop at its default --drain-timeout of 30 s: requests 30 s,
+# the capture worker's records 30 + 10 s, the proxy's own tasks 30 s, the worker's exit 10 s.
+PROXY_STOP_WAIT_S = 150.0
 
 
 @dataclass(frozen=True)
@@ -242,7 +246,12 @@ def run_demo(config: DemoConfig, out: StatusLine | None = None) -> int:
         backends = {child.name: child for child in children}
         outcome = asyncio.run(_drive(config, proxy, backends, admin_url, out))
         phase = _show_outcome(outcome, say)
-        proxy.stop(timeout_s=30)
+        # The report reads the records the capture worker writes as the proxy drains (up
+        # to its drain timeout for requests, again for the worker, again for its tasks):
+        # wait that long, not less, or the report judges a prefix of them.
+        if proxy.stop(timeout_s=PROXY_STOP_WAIT_S) == -signal.SIGKILL:
+            say(f"  the proxy did not stop within {PROXY_STOP_WAIT_S:.0f} s and was killed: "
+                "records its capture worker had not written are missing from the report")
     except DemoError as exc:
         say(f"demo failed: {exc}")
         return 1

@@ -218,14 +218,11 @@ Side = Literal["pass", "fail"]
 # The paired test's bets, as fractions of lam_max = 1/(1 -+ delta) (the largest bet with
 # factors >= 0), even weights, fixed here before any data. Pass side: 0.1, 0.2, ..., 1.0.
 # Where a version is close to old the test's work is to outweigh a handful of discordant
-# errors among ~1,000 pairs, whose best bet is lam_max / 2 - lam_max (0.625 lam_max at
-# 0.5 % errors a side, independent): even weights over that range pass such a version in
-# about 1,030 pairs where the earlier prior (half on lam_max, half on 2^(-k/2), k = 1..13)
-# took 1,470, and one with 0.3 % new-only errors in 1,140 (was 1,680); what it gives up is
-# the error-free case, 430 pairs instead of 360 (below what a p99 check needs anyway).
-# Fail side: lam_max * 2^(-k/2), k = 0..13, even weights (no common case to favour: an
-# excess of a few percent or of 30 % must both be caught). (Figures: the wealth at the
-# expected counts; `bench/gate_calibration.py` measures the medians.)
+# errors among ~1,000 pairs, whose best bet lies between lam_max / 2 and lam_max (0.625
+# lam_max at 0.5 % errors a side, independent); what the spread gives up is the error-free
+# case, which a prior heavy on lam_max passes sooner. Fail side: lam_max * 2^(-k/2),
+# k = 0..13, even weights (an excess of a few percent and one of 30 % must both be
+# caught). What each costs in pairs: docs/GATE.md, "errors".
 PAIRED_BETS = 14
 _SCALES: dict[Side, NDArray[np.float64]] = {
     "pass": np.arange(1, 11) / 10,
