@@ -43,7 +43,6 @@ from numpy.typing import NDArray
 
 __all__ = [
     "TAIL_BETS",
-    "TAIL_PARTS",
     "TAIL_TILTS",
     "TAIL_WEIGHTS",
     "PairedTest",
@@ -350,7 +349,6 @@ def paired_excess_bound(n: float, new_only: float, old_only: float, alpha: float
 # identical version, 1,600 -> 1,150 one 5 % slower; iid lognormal sigma 0.5 1,675 -> 1,425;
 # iid sigma 0.15 550 -> 600. (`bench/gate_p99_pairs.py` and `bench/gate_calibration.py`
 # measure the medians.)
-TAIL_PARTS = ("paired", "new's rate", "old's rate")
 TAIL_WEIGHTS = np.array([0.7, 0.2, 0.1])
 TAIL_TILTS = np.array([0.5, 1.0])
 TAIL_BETS = np.array([0.3, 0.5, 0.65, 0.78, 0.88, 0.95])
