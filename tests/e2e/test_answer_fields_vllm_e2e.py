@@ -113,19 +113,25 @@ FINISHED = "vllm:request_success_total"
 
 def differing(old: str, new: str, requests: list[tuple[str, dict[str, Any]]]) -> dict[str, int]:
     """Requests whose answers differ, per endpoint path, asked of both servers directly."""
-    def one(request: tuple[str, dict[str, Any]]) -> tuple[str, bool]:
+    def ask(request: tuple[str, dict[str, Any]]) -> tuple[Any, Any]:
         path, body = request
         plain = {**body, "stream": False}
         a, b = post_json(old + path, plain), post_json(new + path, plain)
         if path == "/v1/chat/completions":
             assert (a["choices"][0]["message"].get("content") or "") == ""  # the call only
             assert a["choices"][0]["message"]["tool_calls"], a
-        return path, _visible(path, a) != _visible(path, b)
+        return _visible(path, a), _visible(path, b)
 
     out = {"/v1/chat/completions": 0, "/v1/responses": 0}
     with ThreadPoolExecutor(CONCURRENCY) as pool:
-        for path, differs in pool.map(one, requests):
-            out[path] += differs
+        answers = list(pool.map(ask, requests))
+    for request, (a, b) in zip(requests, answers, strict=True):
+        # A difference at 4 in flight is asked again with nothing else in flight: greedy
+        # bfloat16 answers of a CPU engine may depend on the batch (a CI run saw 1 of 60
+        # tool calls differ at 4 in flight); a real difference differs alone too.
+        if a != b:
+            a, b = ask(request)
+        out[request[0]] += a != b
     return out
 
 
