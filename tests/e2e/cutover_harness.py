@@ -169,3 +169,12 @@ def wait_count(load: LoadThread, at_least: int, timeout_s: float) -> None:
     while load.count < at_least:
         assert time.monotonic() < deadline, f"only {load.count} of {at_least} requests done"
         time.sleep(0.2)
+
+
+def assert_promoted_on_pass(status: dict[str, Any]) -> None:
+    """The cutover's history has a promotion, made on a passing gate. (The status's own
+    `verdict` at `done` is the post-promotion window's, which a window of a few seconds
+    may leave inconclusive.)"""
+    promoting = [step for step in status["history"] if step["to"] == "promoting"]
+    assert promoting, [step["to"] for step in status["history"]]
+    assert promoting[0]["reason"].startswith("gate pass"), promoting[0]

@@ -21,6 +21,7 @@ from proxy.gate.criteria import RATIO_LIMITS
 from tests.e2e.cutover_harness import (
     CutoverProxy,
     LoadThread,
+    assert_promoted_on_pass,
     cutover_cli,
     wait_count,
 )
@@ -299,9 +300,7 @@ def test_cutover_of_real_vllm_containers(docker_client: Any, cutover_images: Ima
         assert "VLLM_CPU_KVCACHE_SPACE=1" in attrs["Config"]["Env"]
         assert "--fp4-gemm-backend" in attrs["Args"] or "--fp4-gemm-backend" in \
             (attrs["Config"]["Cmd"] or [])
-        # promoted on a passing gate (the verdict at done is the post-promotion window's)
-        promoting = next(step for step in done["history"] if step["to"] == "promoting")
-        assert promoting["reason"].startswith("gate pass"), promoting
+        assert_promoted_on_pass(done)
         old.reload()
         assert old.status == "exited"
     finally:

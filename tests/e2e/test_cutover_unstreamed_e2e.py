@@ -25,6 +25,7 @@ from tests.e2e.cutover_harness import (
     REPO_ROOT,
     CutoverProxy,
     LoadThread,
+    assert_promoted_on_pass,
     cutover_cli,
     wait_count,
 )
@@ -74,10 +75,7 @@ def test_unstreamed_traffic_alone_promotes_an_identical_new_version(tmp_path: Pa
     assert result.outcomes and not any(o.stream for o in result.outcomes)
     phases = [step["to"] for step in done["history"]]
     assert "promoting" in phases and "aborted" not in phases, phases
-    # promoted on a passing gate (the status's own verdict at `done` is the post-promotion
-    # window's, which a 2 s window may leave inconclusive)
-    promoting = next(step for step in done["history"] if step["to"] == "promoting")
-    assert promoting["reason"].startswith("gate pass"), promoting
+    assert_promoted_on_pass(done)
     # The cutover's evidence: unstreamed latency on both versions, no streamed one.
     db = tmp_path / "proxy" / "records.sqlite"
     report = subprocess.run(
