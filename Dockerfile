@@ -25,6 +25,8 @@ RUN python3 -m venv /opt/cutover && CERT_DIR=/deps DEPS_ONLY=1 \
     sh /deps/install-cutover.sh "/opt/cutover/bin/pip install" /deps - "[fast]"
 COPY . /src
 RUN sh /src/images/install-cutover.sh "/opt/cutover/bin/pip install" /src /src/.whl "[fast]"
+# Marks this stage's image, left untagged after a build: `scripts/dev.sh` prunes such leftovers.
+LABEL org.vllm-cutover.build-stage=build
 
 FROM ${BASE_IMAGE}
 ARG CUTOVER_UID=10001

@@ -63,6 +63,7 @@ def sim_image(client: Any, work_dir: Path, given: str | None) -> tuple[str, str]
                              f"scripts/dev.sh setup-e2e; default {DEFAULT_BASE_IMAGE!r}) or "
                              "give --sim-image") from None
         given = builder.sim()
+        builder.discard_wheels()  # the work dir keeps the records and logs, not ~70 MB of wheels
     image = client.images.get(given)
     for tag in ("old", "new"):
         image.tag(f"{TAG_PREFIX}/sim", tag)

@@ -103,6 +103,19 @@ docker_engine() {
     return 1
 }
 
+prune_builds() {
+    # Each rebuild of our images (a new commit, new layers) leaves the last one's build
+    # stages and superseded test images untagged: tens of GB after a few dozen suites.
+    # Only untagged images with our labels go (the Dockerfiles' build stages, the tests'
+    # builds), and their layers no other image uses. Before a suite, after it, and in
+    # setup-e2e; never while a lane builds.
+    local label
+    for label in org.vllm-cutover.build-stage org.vllm-cutover.test-build; do
+        docker image prune -f --filter "label=$label" >/dev/null \
+            || log "could not prune untagged images labelled $label"
+    done
+}
+
 base_image() {
     # No registry is reachable: build a Debian base image with debootstrap once.
     local image="local/debian-python:bookworm"
@@ -199,6 +212,7 @@ case "$cmd" in
     setup) dev_venv; unlock ;;
     setup-e2e)
         dev_venv; aiohttp_newest_venv; apt_packages; docker_engine; base_image; vllm_venv
+        prune_builds
         unlock
         ;;
     demo) dev_venv; unlock; exec vllm-cutover demo "$@" ;;
@@ -208,13 +222,18 @@ case "$cmd" in
         ;;
     test)
         dev_venv; aiohttp_newest_venv; apt_packages; docker_engine; base_image; vllm_venv
+        prune_builds
         unlock
         export VLLM_CUTOVER_REQUIRE_E2E=1 VLLM_CUTOVER_CACHE="$CACHE"
         cd "$ROOT"
+        code=0
         if [[ "${VLLM_CUTOVER_TEST_LANES:-2}" == 1 ]]; then
-            exec python -m pytest "$@"
+            python -m pytest "$@" || code=$?
+        else
+            test_lanes "$@" || code=$?
         fi
-        test_lanes "$@"
+        prune_builds
+        exit "$code"
         ;;
     *) sed -n '2,9p' "$0" >&2; exit 2 ;;
 esac

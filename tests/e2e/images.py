@@ -32,6 +32,9 @@ TORCH_VERSION = "2.13.0"
 BASE_IMAGE_ENV = "VLLM_CUTOVER_BASE_IMAGE"
 DEFAULT_BASE_IMAGE = "local/debian-python:bookworm"
 TAG_PREFIX = "vllm-cutover-test"
+# On every image built here, so that `scripts/dev.sh` can prune the untagged ones an
+# earlier session's rebuild left (with the Dockerfiles' `org.vllm-cutover.build-stage`).
+BUILT_LABEL = "org.vllm-cutover.test-build"
 
 
 def host_ca_bundle() -> Path | None:
@@ -55,7 +58,8 @@ def clone_files() -> list[str]:
 
 
 def clone_context(dst: Path) -> Path:
-    """`dst` filled with the repository's files (hard links where possible)."""
+    """`dst`, emptied first, filled with the repository's files (hard links where possible)."""
+    shutil.rmtree(dst, ignore_errors=True)  # a failed build's context, linked to the sources
     for name in clone_files():
         target = dst / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +106,9 @@ def _link_tree(src: Path, dst: Path) -> None:
 def _link_or_copy(src: str, dst: str) -> None:
     try:
         os.link(src, dst)
-    except OSError:
+    except FileExistsError:
+        raise
+    except OSError:  # another file system, or links refused there
         shutil.copy2(src, dst)
 
 
@@ -165,6 +171,12 @@ class ImageBuilder:
                                             {"OFFLINE": "1", **(buildargs or {})})
         return self._built[name]
 
+    def discard_wheels(self) -> None:
+        """Remove the package's wheels made for the builds (made again if another comes)."""
+        if self._wheels is not None:
+            shutil.rmtree(self._wheels.parent, ignore_errors=True)
+            self._wheels = None
+
     def _package_wheels(self) -> Path:
         if self._wheels is None:
             self._wheels = package_wheels(self.work_dir / "pkg")
@@ -181,14 +193,19 @@ class ImageBuilder:
         tag = f"{self.tag_prefix}/{name}:latest"
         logger.info("docker build %s from %s", tag, dockerfile)
         lines: list[str] = []
-        stream = self.client.api.build(
-            path=str(context), dockerfile=str(dockerfile), tag=tag, rm=True, forcerm=True,
-            buildargs={"BASE_IMAGE": self.base_image, **(buildargs or {})}, decode=True,
-        )
-        for chunk in stream:
-            if "error" in chunk:
-                tail = "".join(lines[-30:])
-                raise RuntimeError(f"docker build {tag} failed: {chunk['error']}\n{tail}")
-            lines.append(str(chunk.get("stream", "")))
-        (self.work_dir / f"build-{name}.log").write_text("".join(lines))
+        try:
+            stream = self.client.api.build(
+                path=str(context), dockerfile=str(dockerfile), tag=tag, rm=True, forcerm=True,
+                buildargs={"BASE_IMAGE": self.base_image, **(buildargs or {})}, decode=True,
+                labels={BUILT_LABEL: self.tag_prefix},
+            )
+            for chunk in stream:
+                if "error" in chunk:
+                    tail = "".join(lines[-30:])
+                    raise RuntimeError(f"docker build {tag} failed: {chunk['error']}\n{tail}")
+                lines.append(str(chunk.get("stream", "")))
+        finally:
+            (self.work_dir / f"build-{name}.log").write_text("".join(lines))
+            # The context (the vLLM one holds a copy of the model) is scratch once sent.
+            shutil.rmtree(context, ignore_errors=True)
         return tag
