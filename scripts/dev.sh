@@ -104,11 +104,12 @@ docker_engine() {
 }
 
 prune_builds() {
-    # Each rebuild of our images (a new commit, new layers) leaves the last one's build
-    # stages and superseded test images untagged: tens of GB after a few dozen suites.
-    # Only untagged images with our labels go (the Dockerfiles' build stages, the tests'
-    # builds), and their layers no other image uses. Before a suite, after it, and in
-    # setup-e2e; never while a lane builds.
+    # Each rebuild of our images (a new commit, new layers) leaves the stages and test
+    # images it replaces untagged: tens of GB after a few dozen suites. Only untagged
+    # images with our labels go (the Dockerfiles' build stages, the tests' builds), and
+    # their layers no other image uses; the latest build's stages stay tagged as the next
+    # build's cache (tests/e2e/images.py). Before a suite, after it, and in setup-e2e;
+    # never while a lane builds.
     local label
     for label in org.vllm-cutover.build-stage org.vllm-cutover.test-build; do
         docker image prune -f --filter "label=$label" >/dev/null \

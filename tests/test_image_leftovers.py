@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.images import BUILT_LABEL, clone_context, clone_files
+from tests.e2e.images import BUILT_LABEL, STAGE_LABEL, clone_context, clone_files, stage_images
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-STAGE_LABEL = "org.vllm-cutover.build-stage"
+
 DOCKERFILES = ["Dockerfile", "images/sim/Dockerfile", "images/vllm/Dockerfile",
                "images/vllm/Dockerfile.gpu"]
 
@@ -67,3 +67,37 @@ def test_a_context_left_by_a_failed_build_is_replaced_not_copied_onto(tmp_path: 
     again = clone_context(tmp_path / "ctx")  # was: shutil.SameFileError on the hard links
     assert not stray.exists()
     assert (again / "pyproject.toml").read_bytes() == (REPO_ROOT / "pyproject.toml").read_bytes()
+
+
+BUILD_OUTPUT = """\
+Step 7/16 : COPY . /src
+ ---> 60f57bb0706f
+Step 8/16 : RUN sh /src/images/install-cutover.sh
+ ---> Running in 2a2f530c1da5
+Processing /src/.whl/aiohttp-3.14.5-cp311-cp311-manylinux2014_x86_64.whl
+Removing intermediate container 2a2f530c1da5
+ ---> 931209af1fe2
+Step 9/16 : LABEL org.vllm-cutover.build-stage=build
+ ---> Running in 1f433f028ba7
+Removing intermediate container 1f433f028ba7
+ ---> 75276bf53743
+Step 10/16 : FROM ${BASE_IMAGE} AS context
+ ---> b0ad0ad22fc4
+Step 11/16 : LABEL org.vllm-cutover.build-stage=context
+ ---> Using cache
+ ---> 5d1e0c2a9b8f
+Step 12/16 : FROM ${BASE_IMAGE}
+ ---> b0ad0ad22fc4
+Step 13/16 : COPY --from=build /opt/cutover /opt/cutover
+ ---> 08009a9d279b
+Step 14/16 : LABEL org.vllm-cutover.test-build=vllm-cutover-test
+ ---> Running in 94f799f624d0
+ ---> 0462290203ed
+Successfully built 0462290203ed
+"""
+
+
+def test_each_stage_image_is_read_from_the_build_output_made_or_cached() -> None:
+    # Written out from a real build's log (tests/e2e/images.py keeps one per build).
+    assert stage_images(BUILD_OUTPUT) == {"build": "75276bf53743", "context": "5d1e0c2a9b8f"}
+    assert stage_images("Step 1/2 : FROM x\n ---> b0ad0ad22fc4\n") == {}

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from proxy.cutover.shell.docker_driver import DockerDriver
-from tests.e2e.images import TAG_PREFIX, ImageBuilder
+from tests.e2e.images import BUILT_LABEL, TAG_PREFIX, ImageBuilder
 
 OLD_COMMAND = ["--host", "0.0.0.0", "--port", "8000", "--model-name", "tiny"]
 NEW_VERSION = "0.33.0-sim"
@@ -44,7 +44,8 @@ def derive_image(client: Any, base: str, name: str, lines: list[str]) -> str:
     """A small image FROM `base` (no context: only Dockerfile instructions)."""
     tag = f"{TAG_PREFIX}/{name}:latest"
     dockerfile = "\n".join([f"FROM {base}", *lines]) + "\n"
-    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True,
+                        labels={BUILT_LABEL: TAG_PREFIX})  # pruned once replaced (dev.sh)
     return tag
 
 

@@ -18,7 +18,7 @@ from proxy.cutover.driver import DriverError, EngineUnavailable, NotFound
 from proxy.cutover.shell.docker_driver import DockerDriver
 from proxy.cutover.shell.gpus import HostGpu
 from tests.cutover.docker_scene import DockerScene, published_url, wait_http
-from tests.e2e.images import TAG_PREFIX
+from tests.e2e.images import BUILT_LABEL, TAG_PREFIX
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 IGNORE_SIGTERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
@@ -76,7 +76,8 @@ def small_image(docker_client: Any) -> str:
         tar.addfile(entry, io.BytesIO(data))
     repository = f"{TAG_PREFIX}/tiny-import"
     docker_client.api.import_image_from_data(payload.getvalue(), repository=repository,
-                                             tag="latest")
+                                             tag="latest",
+                                             changes=[f"LABEL {BUILT_LABEL}={TAG_PREFIX}"])
     return f"{repository}:latest"
 
 

