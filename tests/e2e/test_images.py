@@ -6,7 +6,6 @@ each small image from a fresh clone, pip reaching the package index inside the b
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.images import BUILT_LABEL, STAGE_LABEL, ImageBuilder
+from tests.e2e.images import BUILT_LABEL, STAGE_LABEL, ImageBuilder, build_text
 from tests.e2e.resources import skip_or_fail
 from tests.e2e.servers import HOST, complete, http_ok
 
@@ -279,10 +278,9 @@ LAUNCH_DRY_RUN = ["vllm-cutover", "launch", "--dry-run", "--vllm-version", "0.12
 def test_vllm_production_image_puts_the_launcher_in_the_images_python(
     docker_client: Any, cutover_images: ImageBuilder
 ) -> None:
-    stand_in = "vllm-cutover-test/vllm-stand-in:latest"
-    docker_client.images.build(
-        fileobj=io.BytesIO(VLLM_STAND_IN.format(sidecar=cutover_images.sidecar()).encode()),
-        tag=stand_in, rm=True, labels={BUILT_LABEL: cutover_images.tag_prefix})
+    stand_in = build_text(docker_client, "vllm-cutover-test/vllm-stand-in:latest",
+                          VLLM_STAND_IN.format(sidecar=cutover_images.sidecar()))
+    assert docker_client.images.get(stand_in).labels.get(BUILT_LABEL) == "vllm-cutover-test"
     offline = cutover_images.vllm_production(stand_in)
     plain = cutover_images.plain("vllm-production", "images/vllm/Dockerfile.gpu",
                                  {"VLLM_IMAGE": stand_in})  # our source, built in the image

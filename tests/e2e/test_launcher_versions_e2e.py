@@ -7,14 +7,13 @@ own parser).
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.images import BUILT_LABEL, VLLM_CPU_VERSION, ImageBuilder
+from tests.e2e.images import VLLM_CPU_VERSION, ImageBuilder, build_text
 from tests.e2e.servers import complete
 from tests.e2e.test_images import CONTAINER_READY_TIMEOUT_S, _start_published
 
@@ -37,11 +36,8 @@ RUN_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
 @pytest.fixture(scope="module")
 def next_release_image(docker_client: Any, cutover_images: ImageBuilder,
                        tiny_model: Path) -> str:
-    tag = f"{cutover_images.tag_prefix}/vllm-next-release:latest"
-    dockerfile = NEXT_RELEASE.format(image=cutover_images.vllm(tiny_model))
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True,
-                               labels={BUILT_LABEL: cutover_images.tag_prefix})
-    return tag
+    return build_text(docker_client, f"{cutover_images.tag_prefix}/vllm-next-release:latest",
+                      NEXT_RELEASE.format(image=cutover_images.vllm(tiny_model)))
 
 
 def test_the_image_reports_a_release_outside_the_tables(docker_client: Any,
