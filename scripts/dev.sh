@@ -153,7 +153,7 @@ vllm_venv() {
 }
 
 test_lanes() {
-    # tests/conftest.py's lanes: the vLLM-engine and Docker tests (one at a time) and every
+    # tests/conftest.py's lanes: the vLLM-engine tests (one at a time) and every
     # other test at once, in two pytest processes, each line of output prefixed with its
     # lane; then the `solo` tests (gates judged under a load they make) alone. Exit 0 only
     # if every lane passes (a lane left with no test, as when -k or -m selects only

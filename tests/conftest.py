@@ -10,13 +10,14 @@ Both skip when the resource is missing, or fail when VLLM_CUTOVER_REQUIRE_E2E=1.
 status serve the README's command test and the demo's story tests.
 The fixtures that start vLLM servers live in tests/e2e/conftest.py.
 
-Three lanes (`--lane engines|rest|solo`): everything that runs vLLM engines or touches
-the Docker engine is the `engines` lane, one test at a time (the engines' memory cap and
-the image builds are per process, and two CPU engines at once would starve each other);
-the tests marked `solo` (a gate judged under a load they make themselves: latency,
-timeouts) are the `solo` lane; every other test is the `rest` lane. `scripts/dev.sh test`
-runs engines and rest at once, then solo alone. Without `--lane` every test runs, in this
-process.
+Three lanes (`--lane engines|rest|solo`): everything that runs vLLM engines (marked `vllm`
+or using `vllm_python`, in a venv or in a container) is the `engines` lane, one test at a
+time (the engines' memory cap is per process, and two CPU engines at once would starve
+each other); the tests marked `solo` (a gate judged under a load they make themselves:
+latency, timeouts) are the `solo` lane; every other test is the `rest` lane, the Docker
+tests that run only the simulator included (an image build is locked across the lanes'
+processes: `images.build_lock`). `scripts/dev.sh test` runs engines and rest at once, then
+solo alone. Without `--lane` every test runs, in this process.
 """
 
 from __future__ import annotations
@@ -106,7 +107,6 @@ def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom
     server.stop()
 
 
-ENGINE_FIXTURES = frozenset({"vllm_python", "docker_client"})
 LANES = ("engines", "rest", "solo")
 
 
@@ -114,15 +114,14 @@ def lane(item: pytest.Item) -> str:
     """The lane `item` runs in (see the module's docstring)."""
     if item.get_closest_marker("solo"):
         return "solo"
-    if item.get_closest_marker("vllm") or item.get_closest_marker("docker") \
-            or set(getattr(item, "fixturenames", ())) & ENGINE_FIXTURES:
+    if item.get_closest_marker("vllm") or "vllm_python" in getattr(item, "fixturenames", ()):
         return "engines"
     return "rest"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--lane", choices=LANES, default=None,
-                     help="run only this lane's tests: 'engines' (vLLM engines, Docker), "
+                     help="run only this lane's tests: 'engines' (vLLM engines), "
                           "'solo' (gates judged under load) or 'rest' (scripts/dev.sh test "
                           "runs engines and rest at once, then solo alone)")
 

@@ -11,6 +11,8 @@ bundle (`CA_BUNDLE`).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import logging
 import os
@@ -19,6 +21,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,11 +121,24 @@ def stage_images(output: str) -> dict[str, str]:
     return stages
 
 
+@contextlib.contextmanager
+def build_lock(tag: str) -> Iterator[None]:
+    """Held while `tag` is built: one build of an image at a time on this machine. The
+    suite's lanes are two pytest processes, and both may ask for the same image at once
+    (the sidecar, the simulator); the second waits, then builds from the first's cache."""
+    locks = cache_root() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', tag)}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 def build_text(client: Any, tag: str, dockerfile: str) -> str:
     """`dockerfile` (instructions only, no context) built as `tag`, labelled as a test
     build so that it is pruned once a rebuild replaces it."""
-    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True,
-                        labels={BUILT_LABEL: tag.split("/", 1)[0]})
+    with build_lock(tag):
+        client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True,
+                            labels={BUILT_LABEL: tag.split("/", 1)[0]})
     return tag
 
 
@@ -219,6 +235,11 @@ class ImageBuilder:
         except docker.errors.ImageNotFound:
             skip_or_fail(f"base image {self.base_image!r} is missing (scripts/dev.sh setup-e2e)")
         tag = f"{self.tag_prefix}/{name}:latest"
+        with build_lock(tag):
+            return self._build_locked(name, tag, dockerfile, context, buildargs)
+
+    def _build_locked(self, name: str, tag: str, dockerfile: Path, context: Path,
+                      buildargs: dict[str, str] | None) -> str:
         logger.info("docker build %s from %s", tag, dockerfile)
         lines: list[str] = []
         output = ""
