@@ -16,7 +16,9 @@ time (the engines' memory cap is per process, and two CPU engines at once would 
 each other); the tests marked `solo` (a gate judged under a load they make themselves:
 latency, timeouts) are the `solo` lane; every other test is the `rest` lane, the Docker
 tests that run only the simulator included (an image build is locked across the lanes'
-processes: `images.build_lock`). `scripts/dev.sh test` runs engines and rest at once, then
+processes: `images.build_lock`), but for those marked `engines_lane`: the Docker cutovers
+under streaming load, about 3 minutes moved to the engines lane so that the two lanes end
+together (a CI rehearsal of 2026-12-08: engines 23 min, rest 29 min without them). `scripts/dev.sh test` runs engines and rest at once, then
 solo alone. Without `--lane` every test runs, in this process.
 """
 
@@ -114,7 +116,8 @@ def lane(item: pytest.Item) -> str:
     """The lane `item` runs in (see the module's docstring)."""
     if item.get_closest_marker("solo"):
         return "solo"
-    if item.get_closest_marker("vllm") or "vllm_python" in getattr(item, "fixturenames", ()):
+    if item.get_closest_marker("vllm") or item.get_closest_marker("engines_lane") \
+            or "vllm_python" in getattr(item, "fixturenames", ()):
         return "engines"
     return "rest"
 

@@ -34,6 +34,7 @@ class _Item:
     ({"docker", "e2e", "slow"}, ["docker_client", "cutover_images"], "rest"),  # the simulator
     ({"vllm"}, [], "engines"),
     ({"docker", "vllm"}, ["docker_client", "cutover_images", "vllm_room"], "engines"),
+    ({"docker", "engines_lane"}, ["docker_client", "cutover_images"], "engines"),  # balance
     (set(), ["vllm_python"], "engines"),
     ({"solo", "e2e"}, [], "solo"),
     ({"solo", "vllm"}, ["vllm_python"], "solo"),

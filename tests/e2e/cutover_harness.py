@@ -41,7 +41,8 @@ class CutoverProxy:
     # p99 ratios of identical engines swing past 1.25 (README: "Latency is timed where the
     # bytes arrive"); these tests prove the switch. () judges at the default settings.
     gate_args: Sequence[str] = ("--gate-max-ttft-p99-ratio", "0",
-                                "--gate-max-tpot-p99-ratio", "0")
+                                "--gate-max-tpot-p99-ratio", "0",
+                                "--gate-max-tpot-unstreamed-p99-ratio", "0")
     driver: str | None = "docker"  # None: adopt mode only (the new backend already runs)
     port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)

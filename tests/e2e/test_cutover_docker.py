@@ -28,7 +28,8 @@ from tests.e2e.cutover_harness import (
 from tests.e2e.images import ImageBuilder
 from tests.e2e.servers import http_ok
 
-pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.slow]
+# The engines lane, beside its real-vLLM container cutover: the rest lane is the longer.
+pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.slow, pytest.mark.engines_lane]
 
 MODEL = "tiny-sim"
 SIM_ARGS = ["--host", "0.0.0.0", "--port", "8000", "--model-name", MODEL,
