@@ -41,6 +41,7 @@ def _figures(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.engines_lane  # two minutes, mostly waiting: the rest lane is the longer one
 def test_smoke_run_measures_every_figure(tmp_path: Path, nginx_available: None) -> None:
     document, stdout = _bench(tmp_path)
     names = set(_figures(document))
