@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 import pytest
@@ -55,18 +56,16 @@ async def test_probe_sees_a_busy_loop_not_one_late_wake_up():
 
 
 async def test_probe_counts_only_its_own_threads_cpu():
-    """A fake CPU clock: busy is CPU time over wall time, whatever the wall clock says."""
-    spent = [0.0]
-
-    def clock() -> float:
-        spent[0] += 0.004  # 4 ms of CPU per 5 ms probe
-        return spent[0]
-
+    """A fake CPU clock running at 80 % of the loop's clock: busy is CPU time over wall
+    time, climbing towards 0.8 at the moving average's pace however late the probes run (a
+    fake that added 4 ms a probe read 0.087 in a CI lane whose probes ran late)."""
+    loop = asyncio.get_running_loop()
     load = LoopLoad()
-    watch = asyncio.create_task(load.watch(0.005, cpu_clock=clock))
+    watch = asyncio.create_task(load.watch(0.005, cpu_clock=lambda: 0.8 * loop.time()))
     await asyncio.sleep(0.3)
     watch.cancel()
-    assert 0.1 < load.busy < 0.8  # climbing towards 4/5 (less where the probes ran late)
+    # Each probe moves busy a share wall/BUSY_WINDOW_S of the way to 0.8, over >= 0.29 s.
+    assert 0.8 * (1 - math.exp(-0.29 / BUSY_WINDOW_S)) < load.busy <= 0.8 + 1e-9
     idle = LoopLoad()
     watch = asyncio.create_task(idle.watch(0.005, cpu_clock=lambda: 1.0))
     await asyncio.sleep(0.1)

@@ -23,7 +23,7 @@ from typing import Any, Self
 import pytest
 
 from tests.e2e.gate_sims import MODEL, admin_get, proxy, sims
-from tests.e2e.proxy_fixtures import ADMIN_TOKEN, REPO_ROOT, http_request
+from tests.e2e.proxy_fixtures import ADMIN_TOKEN, REPO_ROOT, http_request, wait_for
 
 pytestmark = [pytest.mark.e2e]
 
@@ -83,6 +83,10 @@ def _cli(admin_url: str, *args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+def _requests(status: dict[str, Any], name: str) -> int:
+    return next((c["requests"] for c in status.get("candidates", []) if c["name"] == name), 0)
+
+
 @pytest.fixture
 def engines(tmp_path: Path) -> Iterator[dict[str, Any]]:
     knobs = {"old": OLD, "fast": FAST, "slow": SLOW, "crash": FAST,
@@ -104,7 +108,11 @@ def test_four_candidates_race_and_the_fast_identical_one_is_promoted(
                        "--cutover", "analysis_delay_s=0", "--cutover", "post_promotion_s=1",
                        "--cutover", "scale_down_delay_s=0")
         assert started.returncode == 0, started.stderr
-        time.sleep(1.5)  # warm-up: then the crash candidate dies
+        # The crash candidate dies once it has answered a few requests: before the race
+        # can rank it (in a loaded CI lane, an identical candidate killed 1.5 s in had
+        # already been ranked slower than fast on 108 pairs, and was eliminated, not failed).
+        wait_for(lambda: _requests(admin_get(px, "/admin/tune"), "crash") >= 10 or None, 30,
+                 "the crash candidate answered 10 requests")
         up["crash"].process.kill()
         up["crash"].process.wait()
         waited = _cli(admin, "status", "--watch", "--interval", "0.5")
