@@ -16,11 +16,11 @@ time (the engines' memory cap is per process, and two CPU engines at once would 
 each other); the tests marked `solo` (a gate judged under a load they make themselves:
 latency, timeouts) are the `solo` lane; every other test is the `rest` lane, the Docker
 tests that run only the simulator included (an image build is locked across the lanes'
-processes: `images.build_lock`), but for those marked `engines_lane`: the Docker cutovers
-under streaming load and the proxy benchmark's full smoke run, about 5 minutes moved to
-the engines lane so that the two lanes end together (CI rehearsals of 2026-12-08: engines
-23 min, rest 29 min without the cutovers; 23 and 27.5 min with them moved). `scripts/dev.sh test` runs engines and rest at once, then
-solo alone. Without `--lane` every test runs, in this process.
+processes: `images.build_lock`). A test marked `engines_lane` runs in the engines lane
+though it starts no engine: a few long ones moved there so that the two lanes end
+together (the README's "Wall time" gives the lanes' times). `scripts/dev.sh test` runs
+engines and rest at once, then solo alone. Without `--lane` every test runs, in this
+process.
 """
 
 from __future__ import annotations
